@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from ..data import PairDataset, load_pairs
+from ..data import PairDataset, bundled_pairs_path, load_pairs
 from ..engine import Activations, extract
 from ..io import atomic_write_json, check_out_dir, staged_dir
 from ..models import DEFAULT_MODEL, ZOO, load_model
@@ -96,7 +96,7 @@ def summary(acts: Activations, pairs: PairDataset) -> str:
     lines = [
         f"model    {info.name}: {info.architecture}, {info.n_layers} layers, d={info.hidden_size}, "
         f"{info.dtype} on {info.device}, adds BOS: {'yes' if info.adds_bos else 'no'}",
-        f"dataset  {pairs.source}: {pairs.n_pairs} pairs in {len(pairs.categories)} categories",
+        f"dataset  {_label(pairs)}: {pairs.n_pairs} pairs in {len(pairs.categories)} categories",
         f"extract  {acts.n_texts} texts x {info.n_layers + 1} hidden states x {len(acts.pooled)} poolings "
         f"in {stats.seconds:.1f}s ({stats.batches} batches: {stats.batches_computed} computed, "
         f"{stats.batches_reused} from cache)",
@@ -111,3 +111,7 @@ def summary(acts: Activations, pairs: PairDataset) -> str:
                  f"{np.mean(nll_b > nll_a):11.0%}")
     lines.append("(mean next-token NLL in nats per token; B - A > 0: the model prefers A)")
     return "\n".join(lines)
+
+
+def _label(pairs: PairDataset) -> str:
+    return "bundled pairs" if Path(pairs.source) == bundled_pairs_path() else pairs.source
