@@ -14,7 +14,8 @@ import platform
 from importlib import metadata
 from typing import Any
 
-_LIBRARIES = ("layerscope", "torch", "transformers", "tokenizers", "numpy", "safetensors")
+_LIBRARIES = ("layerscope", "torch", "transformers", "tokenizers", "numpy", "scipy", "pandas", "matplotlib",
+              "safetensors")
 
 
 def sha256_json(obj: Any) -> str:

@@ -2,5 +2,6 @@
 
 from .app import app, main
 from . import extract as _extract  # noqa: F401  (registers the command)
+from . import run as _run  # noqa: F401
 
 __all__ = ["app", "main"]

@@ -1,0 +1,105 @@
+"""What a study run needs to know, validated once.
+
+    config = StudyConfig(study="phases", models=["smollm2-135m"], compat="seed")
+    layers = select_layers(config.layers, n_layers=30)    # "seed" -> [0, 4, ..., 28, 30]
+
+Every field has a ``help`` text; the CLI shows it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import LayerscopeError
+from ..models import DEFAULT_MODEL
+
+
+class ConfigError(LayerscopeError):
+    """A study setting that cannot work."""
+
+
+def _help(text: str, **kwargs) -> Any:
+    return field(metadata={"help": text}, **kwargs)
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    study: str = _help("Which study to run.")
+    models: tuple[str, ...] = _help(
+        "Models to analyse, loaded one at a time: zoo names, folders, .gguf files or hub ids. Default: "
+        f"{DEFAULT_MODEL} (scaling: smollm2-135m and gemma3-270m).", default=())
+    dataset: str | None = _help("Statement-pair dataset file (.json, .jsonl, .csv); default: the bundled pairs.",
+                                default=None)
+    compat: str | None = _help("'seed' reproduces the notebooks: token 0 dropped, every 4th layer, their "
+                               "statistics. Default: the corrected method.", default=None)
+    layers: str | None = _help("Layers to test: 'all', 'seed' (every 4th plus the last) or a list like "
+                               "'0,4,8'. Default: all (seed with --compat seed).", default=None)
+    pooling: str = _help("Pooling for the pair-level and profile analyses (phases, scaling): mean, last, first.",
+                         default="mean")
+    n_bootstrap: int = _help("Bootstrap resamples for confidence intervals.", default=10_000)
+    ci_level: float = _help("Confidence level of the intervals.", default=0.95)
+    seed: int = _help("Random seed for resampling.", default=42)
+    batch_size: int = _help("Texts per forward pass.", default=16)
+    dtype: str = _help("One dtype for every parameter: float32, float16, bfloat16.", default="float32")
+    device: str | None = _help("cpu, cuda or cuda:N; default: cuda if present, else cpu.", default=None)
+    reference: str | None = _help("CSV of reference phase means (model,early,mid,late); default: the "
+                                  "published figures the phases notebook quotes.", default=None)
+    cache: bool = _help("Read and write the activation cache.", default=True)
+
+    def __post_init__(self):
+        object.__setattr__(self, "models", tuple(self.models))
+        if len(set(self.models)) != len(self.models):
+            raise ConfigError(f"a model is listed twice in {list(self.models)}; list each model once")
+        if self.compat not in (None, "seed"):
+            raise ConfigError(f"unknown compat mode {self.compat!r}; use 'seed' or leave it out")
+        if self.pooling not in ("mean", "last", "first"):
+            raise ConfigError(f"unknown pooling {self.pooling!r}; use mean, last or first")
+        if self.n_bootstrap < 100:
+            raise ConfigError(f"--n-bootstrap {self.n_bootstrap} is too few for a confidence interval; use >= 100")
+        if not 0.5 < self.ci_level < 1:
+            raise ConfigError(f"confidence level {self.ci_level} must lie between 0.5 and 1")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch size must be at least 1, got {self.batch_size}")
+        if self.layers is not None:
+            parse_layers(self.layers)
+
+    @property
+    def layer_spec(self) -> str:
+        """The layers setting after defaults: seed compat samples layers as the notebooks do."""
+        return self.layers or ("seed" if self.compat == "seed" else "all")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["models"] = list(self.models)
+        return data
+
+
+def parse_layers(spec: str) -> str | list[int]:
+    spec = spec.strip()
+    if spec in ("all", "seed"):
+        return spec
+    try:
+        layers = sorted({int(part) for part in spec.split(",") if part.strip()})
+    except ValueError:
+        raise ConfigError(f"bad layer list {spec!r}; use 'all', 'seed' or comma-separated numbers like 0,4,8") from None
+    if not layers:
+        raise ConfigError("empty layer list; use 'all', 'seed' or numbers like 0,4,8")
+    if layers[0] < 0:
+        raise ConfigError(f"layer {layers[0]} is negative; layers count from 0 (the embeddings)")
+    return layers
+
+
+def select_layers(spec: str, n_layers: int, model: str = "the model") -> list[int]:
+    """Hidden-state indices to test, 0 (embeddings) to ``n_layers``."""
+    parsed = parse_layers(spec)
+    if parsed == "all":
+        return list(range(n_layers + 1))
+    if parsed == "seed":
+        layers = list(range(0, n_layers + 1, 4))
+        return layers if layers[-1] == n_layers else [*layers, n_layers]
+    too_big = [layer for layer in parsed if layer > n_layers]
+    if too_big:
+        raise ConfigError(f"layer {too_big[0]} is out of range for {model}, which has layers 0 to {n_layers}")
+    return parsed

@@ -1,0 +1,42 @@
+"""Divergence study (seed 002): r(UA, output preference) per layer and pooling, and where it
+changes sign."""
+
+from __future__ import annotations
+
+from ...report.markdown import signed
+from ..base import Study
+from ..config import StudyConfig
+from ..inputs import analyse_pairs
+from ..result import StudyResult, make_table
+from .analysis import analyse_model
+from .figures import figures
+from .report import report
+
+
+class Divergence(Study):
+    name = "divergence"
+    title = "Divergence"
+    question = ("Per layer and pooling, does the uniformity asymmetry of paired statements correlate with the "
+                "model's output preference, and where does r change sign?")
+
+    def run(self, config: StudyConfig) -> StudyResult:
+        summaries, rows, manifest = analyse_pairs(config, lambda run: analyse_model(run, run.layers))
+        return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest,
+                           summary={"models": summaries}, table=make_table(rows))
+
+    def figures(self, result: StudyResult):
+        return figures(result)
+
+    def report(self, result: StudyResult) -> str:
+        return report(result)
+
+    def headline(self, result: StudyResult) -> list[str]:
+        lines = []
+        for model, s in result.summary["models"].items():
+            final = s["pooling_comparison"][0]
+            points = s["divergence_points"]["mean"]
+            where = (", ".join(f"L{p['layer_before']}-L{p['layer_after']}" for p in points) if points
+                     else f"none ({s['sign_throughout']['mean']} throughout)")
+            lines.append(f"{model}: final-layer r(UA, pref) = {signed(final['r'])} with mean pooling "
+                         f"({final['label']}); sign changes: {where}")
+        return lines

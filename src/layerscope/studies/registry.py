@@ -1,0 +1,35 @@
+"""Every study by name.
+
+    study = get_study("phases");  result = study.run(config)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .base import Study
+from .config import ConfigError, StudyConfig
+from .result import StudyResult
+
+
+def studies() -> dict[str, Study]:
+    from .divergence import Divergence
+    from .phases import Phases
+    from .scaling import Scaling
+
+    return {s.name: s for s in (Divergence(), Scaling(), Phases())}
+
+
+def get_study(name: str) -> Study:
+    found = studies()
+    if name not in found:
+        raise ConfigError(f"unknown study '{name}'; choose one of {', '.join(found)}")
+    return found[name]
+
+
+def run_study(config: StudyConfig) -> StudyResult:
+    """Run ``config.study``; with no models given, on that study's default models."""
+    study = get_study(config.study)
+    if not config.models:
+        config = dataclasses.replace(config, models=study.default_models)
+    return study.run(config)

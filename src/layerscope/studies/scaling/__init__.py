@@ -1,0 +1,36 @@
+"""Scaling study (seed 001): r(UA, preference) layer profiles of several models on a depth
+axis, and whether the peak moves with size."""
+
+from __future__ import annotations
+
+from ..base import Study
+from ..config import StudyConfig
+from ..inputs import analyse_pairs
+from ..result import StudyResult, make_table
+from .analysis import analyse_model, peak_stability
+from .figures import figures
+from .report import report
+
+
+class Scaling(Study):
+    name = "scaling"
+    title = "Scaling"
+    question = "Does the layer profile of r(UA, output preference), and its peak, shift with model size?"
+    default_models = ("smollm2-135m", "gemma3-270m")
+
+    def run(self, config: StudyConfig) -> StudyResult:
+        models, rows, manifest = analyse_pairs(config, lambda run: analyse_model(run, run.layers, config.pooling))
+        summary = {"pooling": config.pooling, "models": models,
+                   "peak_stability": peak_stability([m["max_pos_pct"] for m in models.values()])}
+        return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest, summary=summary,
+                           table=make_table(rows))
+
+    def figures(self, result: StudyResult):
+        return figures(result)
+
+    def report(self, result: StudyResult) -> str:
+        return report(result)
+
+    def headline(self, result: StudyResult) -> list[str]:
+        peaks = ", ".join(f"{model} {m['max_pos_pct']:.0f}%" for model, m in result.summary["models"].items())
+        return [f"{result.summary['peak_stability']['answer']} Peak depth: {peaks}."]

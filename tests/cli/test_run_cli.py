@@ -1,0 +1,96 @@
+"""`layerscope run STUDY` end to end on tiny random models and the bundled dataset."""
+
+import json
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import tiny
+from layerscope import load_pairs
+from layerscope.cli import app
+from layerscope.studies import StudyResult, get_study
+from layerscope.studies.result import TABLE_COLUMNS
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return {name: str(tiny.save(root / name, arch, adds_bos=bos))
+            for name, arch, bos in (("tiny-llama", "llama", False), ("tiny-gpt2", "gpt2", True))}
+
+
+def run(*args):
+    return runner.invoke(app, ["run", *map(str, args)])
+
+
+@pytest.mark.parametrize("study, metric", [("divergence", "r_ua_pref"), ("scaling", "r_ua_pref"),
+                                           ("phases", "r_centroid_pref")])
+def test_each_study_writes_its_run_folder(tmp_path, models, study, metric):
+    out = tmp_path / study
+    result = run(study, "--model", models["tiny-llama"], "--model", models["tiny-gpt2"], "--out", out,
+                 "--n-bootstrap", 200)
+    assert result.exit_code == 0, result.output
+    assert {"result.json", "table.csv", "report.md", f"{study}.png"} <= {p.name for p in out.iterdir()}
+    data = json.loads((out / "result.json").read_text())
+    assert data["schema_version"] == 1 and data["study"] == study
+    assert data["config"]["models"] == [models["tiny-llama"], models["tiny-gpt2"]] and data["config"]["seed"] == 42
+    manifest = data["manifest"]
+    assert [m["n_layers"] for m in manifest["models"]] == [3, 3]
+    assert all(len(m["weights_hash"]) == 64 for m in manifest["models"])
+    assert manifest["dataset"]["hash"] == load_pairs().hash
+    assert {"torch", "transformers", "numpy"} <= manifest["versions"].keys()
+    assert {"load_s", "extract_s", "analysis_s", "write_s", "after_extraction_s"} <= manifest["timings"].keys()
+    table = pd.read_csv(out / "table.csv")
+    assert list(table.columns[: len(TABLE_COLUMNS)]) == TABLE_COLUMNS
+    rows = table[table["metric"] == metric]
+    assert len(rows) == 2 * 4 * (3 if study == "divergence" else 1)  # models x layers 0..3 (x poolings)
+    assert (rows["depth"] == rows["layer"] / rows["n_layers"]).all()
+    assert "# " in (out / "report.md").read_text()
+    assert study in result.output
+
+
+def test_a_second_study_reuses_the_first_ones_extraction(tmp_path, models):
+    assert run("divergence", "--model", models["tiny-gpt2"], "--out", tmp_path / "a").exit_code == 0
+    assert run("phases", "--model", models["tiny-gpt2"], "--out", tmp_path / "b", "--n-bootstrap", 200).exit_code == 0
+    first = json.loads((tmp_path / "a" / "result.json").read_text())["manifest"]["models"][0]
+    second = json.loads((tmp_path / "b" / "result.json").read_text())["manifest"]["models"][0]
+    assert first["extraction"]["computed"] > 0
+    assert second["extraction"] == {**first["extraction"], "computed": 0, "reused": first["extraction"]["batches"]}
+    assert second["activations_fingerprint"] == first["activations_fingerprint"]
+
+
+def test_seed_compat_tests_every_fourth_layer(tmp_path, models):
+    folder = tiny.save(tmp_path / "deep", "llama", adds_bos=False, n_layers=6)
+    result = run("phases", "--model", folder, "--compat", "seed", "--out", tmp_path / "o", "--n-bootstrap", 200)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "o" / "result.json").read_text())["summary"]["models"][str(folder)]
+    assert summary["layers"] == [0, 4, 6]
+
+
+def test_written_folder_reloads_and_re_renders(tmp_path, models):
+    out = tmp_path / "p"
+    assert run("phases", "--model", models["tiny-llama"], "--out", out, "--n-bootstrap", 200).exit_code == 0
+    loaded = StudyResult.load(out)
+    assert get_study("phases").report(loaded) == (out / "report.md").read_text()
+    assert set(get_study("phases").figures(loaded)) == {"phases"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["nope"], "unknown study 'nope'"),
+    (["divergence", "--dataset", "missing.json"], "does not exist"),
+    (["divergence", "--layers", "0,9"], "layer 9 is out of range"),
+    (["divergence", "--layers", "zero"], "bad layer list"),
+    (["phases", "--reference", "missing.csv"], "reference file"),
+    (["phases", "--n-bootstrap", "5"], "too few"),
+    (["scaling", "--model", "no-such-model-xyz"], "could not load model 'no-such-model-xyz'"),
+])
+def test_bad_input_exits_2_and_writes_nothing(tmp_path, models, args, message):
+    out = tmp_path / "out"
+    extra = [] if "--model" in args or args == ["nope"] else ["--model", models["tiny-llama"]]
+    result = run(*args, *extra, "--out", out)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and result.output.startswith("error: ")
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]

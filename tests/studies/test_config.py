@@ -1,0 +1,36 @@
+import pytest
+
+from layerscope.studies import ConfigError, StudyConfig
+from layerscope.studies.config import select_layers
+
+
+def test_seed_layers_are_every_fourth_plus_the_last():
+    assert select_layers("seed", 30) == [0, 4, 8, 12, 16, 20, 24, 28, 30]
+    assert select_layers("seed", 32) == [0, 4, 8, 12, 16, 20, 24, 28, 32]
+    assert select_layers("all", 3) == [0, 1, 2, 3]
+    assert select_layers(" 8, 0,4 ", 30) == [0, 4, 8]
+
+
+def test_compat_seed_implies_seed_layers_unless_layers_are_given():
+    assert StudyConfig(study="phases", compat="seed").layer_spec == "seed"
+    assert StudyConfig(study="phases").layer_spec == "all"
+    assert StudyConfig(study="phases", compat="seed", layers="0,30").layer_spec == "0,30"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"layers": "0,x"}, "bad layer list"),
+    ({"layers": "-1,3"}, "negative"),
+    ({"compat": "old"}, "unknown compat mode"),
+    ({"pooling": "max"}, "unknown pooling"),
+    ({"n_bootstrap": 10}, "too few"),
+    ({"ci_level": 1.5}, "confidence level"),
+    ({"models": ("a", "a")}, "listed twice"),
+])
+def test_bad_settings_are_clear_errors(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        StudyConfig(study="phases", **kwargs)
+
+
+def test_layer_out_of_range_names_the_model():
+    with pytest.raises(ConfigError, match="layer 31 is out of range for smol, which has layers 0 to 30"):
+        select_layers("0,31", 30, "smol")
