@@ -50,6 +50,12 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
         f.write("\n")
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def check_out_dir(out: str | os.PathLike, force: bool) -> Path:
     """Refuse an output folder whose contents would be lost, or that cannot be created."""
     out = Path(out)
@@ -78,6 +84,7 @@ def staged_dir(out: str | os.PathLike, force: bool = False) -> Iterator[Path]:
     out = check_out_dir(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; the final folder should not be
     try:
         yield tmp
         if out.exists():

@@ -94,3 +94,38 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, models, args, message):
     assert result.exit_code == 2, result.output
     assert message in result.output and result.output.startswith("error: ")
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+
+
+def test_anisotropy_writes_profiles_for_both_token_sets_and_a_zip(tmp_path, models):
+    import zipfile
+
+    out = tmp_path / "an"
+    result = run("anisotropy", "--model", models["tiny-gpt2"], "--out", out, "--reference-lstar", 1)
+    assert result.exit_code == 0, result.output
+    names = {p.name for p in out.iterdir()}
+    assert {"anisotropy_profile.png", "eigenvalue_spectrum.png", "anisotropy_results.zip", "report.md"} <= names
+    with zipfile.ZipFile(out / "anisotropy_results.zip") as archive:
+        assert {"result.json", "table.csv", "anisotropy_profile.png", "eigenvalue_spectrum.png"} <= set(archive.namelist())
+    table = pd.read_csv(out / "table.csv")
+    top1 = table[table["metric"] == "top1_ratio"]
+    assert sorted(top1["tokens"].unique()) == ["all", "excl_pos0"] and len(top1) == 2 * 4
+    s = json.loads((out / "result.json").read_text())["summary"]["models"][models["tiny-gpt2"]]
+    primary = top1[top1["tokens"] == "all"].sort_values("layer")["value"].to_numpy()
+    assert s["l_star"] == int(primary.argmax()) and s["primary"] == "all" and s["n_prompts"] == 36
+    assert s["token_sets"]["all"]["reference"]["reference_l_star"] == 1
+    n_tokens = s["token_sets"]["all"]["n_tokens"]
+    assert s["token_sets"]["excl_pos0"]["n_tokens"] == n_tokens - 36
+
+
+def test_anisotropy_seed_compat_keeps_to_all_tokens(tmp_path, models):
+    out = tmp_path / "an"
+    assert run("anisotropy", "--model", models["tiny-llama"], "--out", out, "--compat", "seed").exit_code == 0
+    s = json.loads((out / "result.json").read_text())["summary"]["models"][models["tiny-llama"]]
+    assert list(s["token_sets"]) == ["all"]
+
+
+def test_one_prompt_is_not_enough(tmp_path, models):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("# only\nJust one prompt here\n\n")
+    result = run("anisotropy", "--model", models["tiny-llama"], "--prompts", prompts, "--out", tmp_path / "o")
+    assert result.exit_code == 2 and "1 prompt(s)" in result.output and not (tmp_path / "o").exists()

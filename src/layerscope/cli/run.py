@@ -20,7 +20,7 @@ def _help(name: str) -> str:
 @app.command("run")
 @user_errors
 def run_command(
-    study: str = typer.Argument(..., help="The study: divergence, scaling or phases."),
+    study: str = typer.Argument(..., help="The study: divergence, scaling, phases or anisotropy."),
     models: list[str] = typer.Option(None, "--model", "-m", help=_help("models") + " Repeat for several."),
     dataset: Path = typer.Option(None, "--dataset", "-d", help=_help("dataset")),
     out: Path = typer.Option(None, "--out", "-o", help="Run folder to write. Default: runs/<study>-<UTC time>."),
@@ -34,11 +34,14 @@ def run_command(
     dtype: DType = typer.Option(DType.float32, "--dtype", help=_help("dtype")),
     device: str = typer.Option(None, "--device", help=_help("device")),
     reference: Path = typer.Option(None, "--reference", help=_help("reference")),
+    prompts: Path = typer.Option(None, "--prompts", help=_help("prompts")),
+    exclude_bos: bool = typer.Option(False, "--exclude-bos", help=_help("exclude_bos")),
+    reference_lstar: int = typer.Option(None, "--reference-lstar", help=_help("reference_lstar")),
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists and is not empty."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the activation cache."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress details to stderr."),
 ) -> None:
-    """Run one study (divergence, scaling, phases) and write result.json, table.csv, figures
+    """Run one study (divergence, scaling, phases, anisotropy) and write result.json, table.csv, figures
     and report.md into a run folder."""
     setup_logging(verbose)
     get_study(study)  # an unknown study fails before anything else
@@ -47,7 +50,8 @@ def run_command(
         study=study, models=tuple(models or ()), dataset=str(dataset) if dataset else None,
         compat=compat.value if compat else None, layers=layers, pooling=pooling, n_bootstrap=n_bootstrap,
         ci_level=ci_level, seed=seed, batch_size=batch_size, dtype=dtype.value, device=device,
-        reference=str(reference) if reference else None, cache=not no_cache)
+        reference=str(reference) if reference else None, cache=not no_cache,
+        prompts=str(prompts) if prompts else None, exclude_bos=exclude_bos, reference_lstar=reference_lstar)
     result = run_study(config)
     result.write(out, force=force)
     for line in get_study(study).headline(result):

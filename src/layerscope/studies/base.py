@@ -14,6 +14,7 @@ run folder can be re-rendered without the model.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import ClassVar
 
 from matplotlib.figure import Figure
@@ -41,3 +42,6 @@ class Study(ABC):
     @abstractmethod
     def headline(self, result: StudyResult) -> list[str]:
         """The verdicts in a line each, for the console and the top of a suite report."""
+
+    def finish(self, folder: Path, result: StudyResult) -> None:
+        """Add files to a written run folder (after result.json); nothing by default."""

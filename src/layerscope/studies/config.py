@@ -47,6 +47,12 @@ class StudyConfig:
     reference: str | None = _help("CSV of reference phase means (model,early,mid,late); default: the "
                                   "published figures the phases notebook quotes.", default=None)
     cache: bool = _help("Read and write the activation cache.", default=True)
+    prompts: str | None = _help("anisotropy: a text file, one prompt per line (blank lines and '# kind' "
+                                "lines skipped); default: the bundled prompts.", default=None)
+    exclude_bos: bool = _help("anisotropy: headline metrics without position 0 (the BOS token, or the first "
+                              "word of a model without BOS).", default=False)
+    reference_lstar: int | None = _help("anisotropy: a reference L* to compare with (match within 3 layers: "
+                                        "excellent, within 5: good).", default=None)
 
     def __post_init__(self):
         object.__setattr__(self, "models", tuple(self.models))
@@ -64,6 +70,8 @@ class StudyConfig:
             raise ConfigError(f"batch size must be at least 1, got {self.batch_size}")
         if self.layers is not None:
             parse_layers(self.layers)
+        if self.reference_lstar is not None and self.reference_lstar < 0:
+            raise ConfigError(f"--reference-lstar {self.reference_lstar} must be a layer number, 0 or more")
 
     @property
     def layer_spec(self) -> str:

@@ -19,8 +19,8 @@ import torch
 from ..data import PairDataset, load_pairs
 from ..engine import Activations, extract
 from ..models import ModelInfo, load_model
-from ..provenance import library_versions
 from .config import StudyConfig, select_layers
+from .manifest import dataset_entry, manifest, model_entry
 
 
 @dataclass
@@ -79,34 +79,11 @@ def analyse_pairs(config: StudyConfig, analyse: Callable[[PairRun], tuple[dict, 
         rows += model_rows
         done.append(run.acts)
         timings["analysis_s"] = round(timings.get("analysis_s", 0.0) + time.perf_counter() - start, 3)
-    return summaries, rows, manifest(config, done, pairs, timings)
+    models = [model_entry(acts.model, acts) for acts in done]
+    return summaries, rows, manifest(config, models, dataset_entry(pairs), timings)
 
 
 def free_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def manifest(config: StudyConfig, runs: list[Activations], pairs: PairDataset | None,
-             timings: dict[str, float], **extra) -> dict:
-    """How a result was made: each model (with its weights hash and extraction), the data, versions."""
-    models = []
-    for acts in runs:
-        m = acts.model
-        models.append({
-            "name": m.name, "weights_hash": m.weights_hash, "n_layers": m.n_layers, "hidden_size": m.hidden_size,
-            "architecture": m.architecture, "adds_bos": m.adds_bos, "last_hidden_normed": m.last_hidden_normed,
-            "dtype": m.dtype, "device": m.device, "activations_fingerprint": acts.fingerprint,
-            "extraction": {"batches": acts.stats.batches, "computed": acts.stats.batches_computed,
-                           "reused": acts.stats.batches_reused} if acts.stats else None,
-        })
-    return {
-        "models": models,
-        "dataset": None if pairs is None else {"source": pairs.source, "hash": pairs.hash,
-                                               "n_pairs": pairs.n_pairs, "n_categories": len(pairs.categories)},
-        "seed": config.seed,
-        "versions": library_versions(),
-        "timings": timings,
-        **extra,
-    }

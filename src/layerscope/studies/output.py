@@ -30,4 +30,5 @@ def write_result(result: StudyResult, out: Path, force: bool = False) -> Path:
         if "analysis_s" in timings:
             timings["after_extraction_s"] = round(timings["analysis_s"] + timings["write_s"], 3)
         (tmp / "result.json").write_text(json.dumps(result.to_json(), indent=2, allow_nan=False) + "\n")
+        study.finish(tmp, result)
     return out

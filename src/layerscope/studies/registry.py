@@ -13,11 +13,12 @@ from .result import StudyResult
 
 
 def studies() -> dict[str, Study]:
+    from .anisotropy import Anisotropy
     from .divergence import Divergence
     from .phases import Phases
     from .scaling import Scaling
 
-    return {s.name: s for s in (Divergence(), Scaling(), Phases())}
+    return {s.name: s for s in (Divergence(), Scaling(), Phases(), Anisotropy())}
 
 
 def get_study(name: str) -> Study:

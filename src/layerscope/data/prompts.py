@@ -1,0 +1,56 @@
+"""Prompt sets: one prompt per line; blank lines are skipped and ``# kind`` lines name the
+kind of the prompts that follow.
+
+    prompts = load_prompts()                # the bundled set (36 prompts, 6 kinds)
+    prompts = load_prompts("mine.txt")
+    prompts.texts, prompts.kinds, prompts.hash
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from ..errors import DatasetError
+from ..provenance import sha256_json
+
+MIN_PROMPTS = 2
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    texts: tuple[str, ...]
+    kinds: tuple[str | None, ...]
+    """The ``# kind`` header each prompt stood under (None before any header)."""
+    source: str
+
+    @property
+    def hash(self) -> str:
+        return sha256_json(list(self.texts))
+
+
+def bundled_prompts_path() -> Path:
+    return Path(str(resources.files("layerscope.data").joinpath("bundled/prompts.txt")))
+
+
+def load_prompts(path: str | os.PathLike | None = None) -> PromptSet:
+    path = Path(path) if path is not None else bundled_prompts_path()
+    if not path.is_file():
+        raise DatasetError(f"prompts file {path} does not exist; check --prompts")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    texts, kinds, kind = [], [], None
+    for line in (raw.strip() for raw in lines):
+        if line.startswith("#"):
+            kind = line.lstrip("#").strip() or None
+        elif line:
+            texts.append(line)
+            kinds.append(kind)
+    if len(texts) < MIN_PROMPTS:
+        raise DatasetError(f"{path}: {len(texts)} prompt(s); anisotropy needs at least {MIN_PROMPTS} "
+                           "(one per line) to compare token states across prompts")
+    return PromptSet(texts=tuple(texts), kinds=tuple(kinds), source=str(path))

@@ -1,0 +1,69 @@
+"""Every token's hidden state at every layer, for analyses that need token-level geometry.
+
+    states = token_states(lm, prompts)
+    states.layers.shape         # (n_layers + 1, n_tokens, d) float32, tokens of all texts
+    states.position             # (n_tokens,) position of each token in its text (0 = first)
+    states.select(states.position > 0)   # e.g. without position 0 (BOS, or a BOS-less sink)
+
+Texts are run in length-sorted batches (padding never changes a number) and the real
+tokens are gathered in text order. Unlike :func:`extract`, nothing is cached: the
+states grow with every token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..errors import ExtractionError
+from ..models.info import input_device
+from ..models.load import LoadedModel
+from .batching import collate, pad_id, plan_batches, tokenize
+
+
+@dataclass(frozen=True)
+class TokenStates:
+    layers: np.ndarray
+    """(n_layers + 1, n_tokens, d) float32."""
+    text_index: np.ndarray
+    """(n_tokens,) which text each token belongs to."""
+    position: np.ndarray
+    """(n_tokens,) position within its text, 0 for the first token."""
+    token_id: np.ndarray
+    """(n_tokens,) the token ids."""
+
+    def select(self, keep: np.ndarray) -> TokenStates:
+        return TokenStates(layers=self.layers[:, keep], text_index=self.text_index[keep],
+                           position=self.position[keep], token_id=self.token_id[keep])
+
+
+@torch.inference_mode()
+def token_states(lm: LoadedModel, texts: Sequence[str], *, batch_size: int = 16,
+                 progress: bool | None = None) -> TokenStates:
+    if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
+        raise ExtractionError("token_states needs a non-empty list of non-empty texts")
+    ids = tokenize(lm.tokenizer, texts)
+    lengths = np.array([len(x) for x in ids])
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    layers = np.empty((lm.info.n_layers + 1, offsets[-1], lm.info.hidden_size), dtype=np.float32)
+    device = input_device(lm.model)
+    batches = plan_batches(lengths, batch_size)
+    for index in tqdm(batches, desc=f"token states {lm.info.name}", unit="batch", leave=False,
+                      disable=None if progress is None else not progress):
+        batch = collate([ids[i] for i in index], index, pad_id(lm.tokenizer)).to(device)
+        out = lm.model(**batch.model_inputs(), output_hidden_states=True, use_cache=False)
+        real = batch.attention_mask.bool()
+        for layer, hidden in enumerate(out.hidden_states):
+            rows = hidden.to(device)[real].float().cpu().numpy()  # row-major: text by text, in order
+            start = 0
+            for i in index:
+                layers[layer, offsets[i] : offsets[i + 1]] = rows[start : start + lengths[i]]
+                start += lengths[i]
+    text_index = np.repeat(np.arange(len(texts)), lengths)
+    position = np.concatenate([np.arange(n) for n in lengths])
+    token_id = np.concatenate([np.asarray(x) for x in ids])
+    return TokenStates(layers=layers, text_index=text_index, position=position, token_id=token_id)

@@ -1,0 +1,77 @@
+"""Anisotropy study (seed 003): covariance-spectrum metrics of token states per layer, L*,
+the bell-curve test, outlier dimensions, and the same without position 0."""
+
+from __future__ import annotations
+
+import time
+import zipfile
+from pathlib import Path
+
+from ...data.prompts import load_prompts
+from ...engine.tokens import token_states
+from ...models import load_model
+from ..base import Study
+from ..config import StudyConfig
+from ..inputs import free_memory
+from ..manifest import manifest, model_entry
+from ..result import StudyResult, make_table
+from .analysis import analyse_model
+from .figures import figures
+from .report import report
+
+
+class Anisotropy(Study):
+    name = "anisotropy"
+    title = "Anisotropy"
+    question = ("Per layer, how anisotropic are token representations (covariance spectrum), where is the "
+                "peak L*, and is the profile a bell curve?")
+
+    def run(self, config: StudyConfig) -> StudyResult:
+        prompts = load_prompts(config.prompts)
+        token_sets = ["all"] if config.compat == "seed" and not config.exclude_bos else ["all", "excl_pos0"]
+        primary = "excl_pos0" if config.exclude_bos else "all"
+        timings: dict[str, float] = {}
+        summaries, rows, models = {}, [], []
+        for spec in config.models:
+            start = time.perf_counter()
+            lm = load_model(spec, dtype=config.dtype, device=config.device)
+            loaded = time.perf_counter()
+            states = token_states(lm, prompts.texts, batch_size=config.batch_size)
+            extracted = time.perf_counter()
+            info = lm.info
+            del lm
+            free_memory()
+            summary, model_rows = analyse_model(info.name, info.n_layers, states, token_sets, primary,
+                                                config.reference_lstar)
+            summaries[info.name] = {"n_prompts": len(prompts.texts), **summary}
+            rows += model_rows
+            models.append(model_entry(info))
+            for key, seconds in (("load_s", loaded - start), ("extract_s", extracted - loaded),
+                                 ("analysis_s", time.perf_counter() - extracted)):
+                timings[key] = round(timings.get(key, 0.0) + seconds, 3)
+        dataset = {"kind": "prompts", "source": prompts.source, "hash": prompts.hash, "n_prompts": len(prompts.texts)}
+        return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest(config, models, dataset, timings),
+                           summary={"models": summaries}, table=make_table(rows))
+
+    def figures(self, result: StudyResult):
+        return figures(result)
+
+    def report(self, result: StudyResult) -> str:
+        return report(result)
+
+    def headline(self, result: StudyResult) -> list[str]:
+        lines = []
+        for model, s in result.summary["models"].items():
+            t = s["token_sets"][s["primary"]]
+            lines.append(f"{model}: L* = {t['l_star']} of {s['n_layers']}; "
+                         + ("bell curve" if t["bell"]["is_bell_curve"] else "not a bell curve")
+                         + (f"; {t['reference']['verdict']} with reference L* {t['reference']['reference_l_star']}"
+                            if t["reference"] else ""))
+        return lines
+
+    def finish(self, folder: Path, result: StudyResult) -> None:
+        """A ZIP of the run folder's files, as the notebook makes."""
+        files = sorted(p for p in folder.iterdir() if p.is_file())
+        with zipfile.ZipFile(folder / "anisotropy_results.zip", "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for path in files:
+                archive.write(path, arcname=path.name)

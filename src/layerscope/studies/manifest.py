@@ -1,0 +1,34 @@
+"""The manifest every result carries: which models (weights hash, layers), which data (hash),
+library versions, the seed, and timings.
+
+    manifest(config, [model_entry(info, acts)], dataset_entry(pairs), timings)
+"""
+
+from __future__ import annotations
+
+from ..data import PairDataset
+from ..engine import Activations
+from ..models import ModelInfo
+from ..provenance import library_versions
+from .config import StudyConfig
+
+
+def model_entry(info: ModelInfo, acts: Activations | None = None) -> dict:
+    entry = {"name": info.name, "weights_hash": info.weights_hash, "n_layers": info.n_layers,
+             "hidden_size": info.hidden_size, "architecture": info.architecture, "adds_bos": info.adds_bos,
+             "last_hidden_normed": info.last_hidden_normed, "dtype": info.dtype, "device": info.device}
+    if acts is not None:
+        entry["activations_fingerprint"] = acts.fingerprint
+        entry["extraction"] = ({"batches": acts.stats.batches, "computed": acts.stats.batches_computed,
+                                "reused": acts.stats.batches_reused} if acts.stats else None)
+    return entry
+
+
+def dataset_entry(pairs: PairDataset) -> dict:
+    return {"kind": "pairs", "source": pairs.source, "hash": pairs.hash, "n_pairs": pairs.n_pairs,
+            "n_categories": len(pairs.categories)}
+
+
+def manifest(config: StudyConfig, models: list[dict], dataset: dict | None, timings: dict[str, float]) -> dict:
+    return {"models": models, "dataset": dataset, "seed": config.seed, "versions": library_versions(),
+            "timings": timings}
