@@ -27,3 +27,12 @@ def test_collate_left_padding_counts_positions_from_the_first_real_token():
     assert b.position_ids[1, 1:].tolist() == [0, 1]
     assert b.first.tolist() == [0, 1] and b.last.tolist() == [2, 2]
     assert b.input_ids.dtype == torch.long
+
+
+def test_token_budget_caps_padded_tokens_but_keeps_one_text():
+    lengths = [10, 3, 8, 2, 2, 50]
+    batches = plan_batches(lengths, batch_size=4, max_tokens=20)
+    assert [b.tolist() for b in batches] == [[5], [0, 2], [1, 3, 4]]
+    for b in batches[1:]:
+        assert len(b) * max(lengths[i] for i in b) <= 20
+    assert sorted(np.concatenate(batches).tolist()) == list(range(6))

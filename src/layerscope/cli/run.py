@@ -20,7 +20,7 @@ def _help(name: str) -> str:
 @app.command("run")
 @user_errors
 def run_command(
-    study: str = typer.Argument(..., help="The study: divergence, scaling, phases or anisotropy."),
+    study: str = typer.Argument(..., help="The study: divergence, scaling, phases, anisotropy or ablation."),
     models: list[str] = typer.Option(None, "--model", "-m", help=_help("models") + " Repeat for several."),
     dataset: Path = typer.Option(None, "--dataset", "-d", help=_help("dataset")),
     out: Path = typer.Option(None, "--out", "-o", help="Run folder to write. Default: runs/<study>-<UTC time>."),
@@ -37,11 +37,17 @@ def run_command(
     prompts: Path = typer.Option(None, "--prompts", help=_help("prompts")),
     exclude_bos: bool = typer.Option(False, "--exclude-bos", help=_help("exclude_bos")),
     reference_lstar: int = typer.Option(None, "--reference-lstar", help=_help("reference_lstar")),
+    texts: Path = typer.Option(None, "--texts", help=_help("texts")),
+    bits: int = typer.Option(4, "--bits", help=_help("bits")),
+    configs: str = typer.Option("standard", "--configs", help=_help("configs")),
+    sweep: bool = typer.Option(False, "--sweep", help=_help("sweep")),
+    scheme: str = typer.Option(None, "--scheme", help=_help("scheme")),
+    targets: str = typer.Option(None, "--targets", help=_help("targets")),
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists and is not empty."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the activation cache."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress details to stderr."),
 ) -> None:
-    """Run one study (divergence, scaling, phases, anisotropy) and write result.json, table.csv, figures
+    """Run one study (divergence, scaling, phases, anisotropy, ablation) and write result.json, table.csv, figures
     and report.md into a run folder."""
     setup_logging(verbose)
     get_study(study)  # an unknown study fails before anything else
@@ -51,7 +57,8 @@ def run_command(
         compat=compat.value if compat else None, layers=layers, pooling=pooling, n_bootstrap=n_bootstrap,
         ci_level=ci_level, seed=seed, batch_size=batch_size, dtype=dtype.value, device=device,
         reference=str(reference) if reference else None, cache=not no_cache,
-        prompts=str(prompts) if prompts else None, exclude_bos=exclude_bos, reference_lstar=reference_lstar)
+        prompts=str(prompts) if prompts else None, exclude_bos=exclude_bos, reference_lstar=reference_lstar,
+        texts=str(texts) if texts else None, bits=bits, configs=configs, sweep=sweep, scheme=scheme, targets=targets)
     result = run_study(config)
     result.write(out, force=force)
     for line in get_study(study).headline(result):

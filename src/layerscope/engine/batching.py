@@ -53,10 +53,31 @@ def pad_id(tokenizer) -> int:
     return next((int(t) for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
 
 
-def plan_batches(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
-    """Split text indices into batches of similar length, longest first (stable for ties)."""
-    order = np.argsort(-np.asarray(lengths), kind="stable")
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+LOGITS_BUDGET_BYTES = 512 * 2**20
+"""Most memory one batch's float32 logits (batch x longest x vocab) may take."""
+
+
+def token_budget(vocab_size: int) -> int:
+    """Padded tokens per batch that keep the logits within ``LOGITS_BUDGET_BYTES``."""
+    return max(1, LOGITS_BUDGET_BYTES // (4 * vocab_size))
+
+
+def plan_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> list[np.ndarray]:
+    """Split text indices into batches of similar length, longest first (stable for ties).
+
+    A batch holds at most ``batch_size`` texts and, when ``max_tokens`` is given, at most
+    ``max_tokens`` padded tokens (texts x its longest text), but always at least one text.
+    """
+    lengths = np.asarray(lengths)
+    order = np.argsort(-lengths, kind="stable")
+    batches, start = [], 0
+    while start < len(order):
+        size = batch_size
+        if max_tokens is not None:
+            size = min(size, max(1, max_tokens // int(lengths[order[start]])))
+        batches.append(order[start : start + size])
+        start += size
+    return batches
 
 
 def collate(ids: Sequence[Sequence[int]], index: np.ndarray, pad_id: int, side: str = "right") -> Batch:

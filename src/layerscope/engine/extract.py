@@ -31,7 +31,7 @@ from ..models.load import LoadedModel
 from ..paths import activations_dir
 from ..provenance import sha256_json
 from .activations import Activations, ExtractSettings, ExtractStats
-from .batching import Batch, collate, pad_id, plan_batches, tokenize
+from .batching import Batch, collate, pad_id, plan_batches, token_budget, tokenize
 from .cache import BatchStore
 from .pooling import POOLINGS, mean_mask, pool, token_nll
 
@@ -64,11 +64,11 @@ def extract(
     texts = list(texts)
     start = time.perf_counter()
     ids = tokenize(lm.tokenizer, texts, max_length)
-    batches = plan_batches([len(x) for x in ids], batch_size)
+    batches = plan_batches([len(x) for x in ids], batch_size, token_budget(lm.info.vocab_size))
     fingerprint = sha256_json({
         "format": FORMAT_VERSION, "weights": lm.info.weights_hash, "dtype": lm.info.dtype,
         "device": torch.device(lm.info.device).type, "texts": sha256_json(texts), "token_ids": sha256_json(ids),
-        "settings": settings.to_dict(),
+        "settings": settings.to_dict(), "batches": sha256_json([b.tolist() for b in batches]),
     })
     store = _open_store(cache, fingerprint, lm, settings, len(texts))
     with store.locked() if store else contextlib.nullcontext():

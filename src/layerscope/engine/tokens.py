@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from ..errors import ExtractionError
 from ..models.info import input_device
 from ..models.load import LoadedModel
-from .batching import collate, pad_id, plan_batches, tokenize
+from .batching import collate, pad_id, plan_batches, token_budget, tokenize
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def token_states(lm: LoadedModel, texts: Sequence[str], *, batch_size: int = 16,
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     layers = np.empty((lm.info.n_layers + 1, offsets[-1], lm.info.hidden_size), dtype=np.float32)
     device = input_device(lm.model)
-    batches = plan_batches(lengths, batch_size)
+    batches = plan_batches(lengths, batch_size, token_budget(lm.info.vocab_size))
     for index in tqdm(batches, desc=f"token states {lm.info.name}", unit="batch", leave=False,
                       disable=None if progress is None else not progress):
         batch = collate([ids[i] for i in index], index, pad_id(lm.tokenizer)).to(device)

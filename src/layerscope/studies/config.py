@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import LayerscopeError
 from ..models import DEFAULT_MODEL
+from ..quant.fake import parse_scheme
 
 
 class ConfigError(LayerscopeError):
@@ -51,6 +52,16 @@ class StudyConfig:
                                 "lines skipped); default: the bundled prompts.", default=None)
     exclude_bos: bool = _help("anisotropy: headline metrics without position 0 (the BOS token, or the first "
                               "word of a model without BOS).", default=False)
+    texts: str | None = _help("ablation: JSON {lang: {\"resource\": \"high\"|\"low\", \"texts\": [...]}}; default: "
+                              "the bundled texts (8 languages).", default=None)
+    bits: int = _help("ablation: bits of the symmetric fake quantization.", default=4)
+    configs: str = _help("ablation: 'standard' (the notebook's 8 layer sets) or a JSON file "
+                         "{name: [layers to quantize]}.", default="standard")
+    sweep: bool = _help("ablation: also quantize one layer at a time, every layer.", default=False)
+    scheme: str | None = _help("ablation: per-tensor, per-channel or group:N. Default: per-channel "
+                               "(seed compat: per-tensor).", default=None)
+    targets: str | None = _help("ablation: 'linear' (linear-layer weights) or 'all-weights' (every weight, "
+                                "norms included). Default: linear (seed compat: all-weights).", default=None)
     reference_lstar: int | None = _help("anisotropy: a reference L* to compare with (match within 3 layers: "
                                         "excellent, within 5: good).", default=None)
 
@@ -70,8 +81,22 @@ class StudyConfig:
             raise ConfigError(f"batch size must be at least 1, got {self.batch_size}")
         if self.layers is not None:
             parse_layers(self.layers)
+        if not 2 <= self.bits <= 16:
+            raise ConfigError(f"--bits {self.bits} is not usable; symmetric quantization needs 2 to 16 bits")
+        if self.scheme is not None:
+            parse_scheme(self.scheme)
+        if self.targets not in (None, "linear", "all-weights"):
+            raise ConfigError(f"unknown --targets {self.targets!r}; use linear or all-weights")
         if self.reference_lstar is not None and self.reference_lstar < 0:
             raise ConfigError(f"--reference-lstar {self.reference_lstar} must be a layer number, 0 or more")
+
+    @property
+    def quant_scheme(self) -> str:
+        return self.scheme or ("per-tensor" if self.compat == "seed" else "per-channel")
+
+    @property
+    def quant_targets(self) -> str:
+        return self.targets or ("all-weights" if self.compat == "seed" else "linear")
 
     @property
     def layer_spec(self) -> str:

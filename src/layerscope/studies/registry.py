@@ -13,12 +13,13 @@ from .result import StudyResult
 
 
 def studies() -> dict[str, Study]:
+    from .ablation import Ablation
     from .anisotropy import Anisotropy
     from .divergence import Divergence
     from .phases import Phases
     from .scaling import Scaling
 
-    return {s.name: s for s in (Divergence(), Scaling(), Phases(), Anisotropy())}
+    return {s.name: s for s in (Divergence(), Scaling(), Phases(), Anisotropy(), Ablation())}
 
 
 def get_study(name: str) -> Study:

@@ -1,0 +1,107 @@
+"""Ablation study (seed 004): fake-quantize chosen decoder layers and measure per-language
+perplexity; which layers matter most for low-resource languages (disparity, H5)."""
+
+from __future__ import annotations
+
+import time
+
+from ...data.languages import load_languages
+from ...models import decoder_layers, load_model
+from ..base import Study
+from ..config import StudyConfig
+from ..inputs import free_memory
+from ..manifest import manifest, model_entry
+from ..result import StudyResult, make_table
+from .analysis import add_degradation, disparity_table, sweep_table, verdicts
+from .configs import load_configs, standard_configs, sweep_configs
+from .figures import figures
+from .report import report
+from .runner import Variant, score_configs
+
+NOTEBOOK = ("per-tensor", "all-weights")
+SEED_MAX_LENGTH = 256  # the notebook truncates every text to 256 tokens
+
+
+class Ablation(Study):
+    name = "ablation"
+    title = "Ablation"
+    question = ("Which decoder layers matter most when quantized, per language, and does protecting the "
+                "first and last ('gateway') layers cut the low- vs high-resource disparity by > 30% (H5)?")
+
+    def run(self, config: StudyConfig) -> StudyResult:
+        languages = load_languages(config.texts)
+        primary = Variant(f"{config.quant_scheme}/{config.quant_targets}", config.quant_scheme,
+                          config.quant_targets, config.sweep)
+        variants = [primary]
+        if (config.quant_scheme, config.quant_targets) != NOTEBOOK:
+            variants.append(Variant("per-tensor/all-weights (notebook)", *NOTEBOOK, sweep=False))
+        max_length = SEED_MAX_LENGTH if config.compat == "seed" else None
+        timings: dict[str, float] = {}
+        summaries, rows, models = {}, [], []
+        for spec in config.models:
+            start = time.perf_counter()
+            lm = load_model(spec, dtype=config.dtype, device=config.device)
+            n = len(decoder_layers(lm.model))
+            configs = standard_configs(n) if config.configs == "standard" else load_configs(config.configs, n)
+            if config.sweep:
+                configs.update(sweep_configs(n))
+            loaded = time.perf_counter()
+            per_text = score_configs(lm, languages, configs, variants, config.bits, config.batch_size, max_length)
+            scored_at = time.perf_counter()
+            info = lm.info
+            del lm
+            free_memory()
+            summaries[info.name], model_rows = _analyse(info.name, n, per_text, list(configs), variants)
+            rows += model_rows
+            models.append(model_entry(info))
+            for key, seconds in (("load_s", loaded - start), ("extract_s", scored_at - loaded),
+                                 ("analysis_s", time.perf_counter() - scored_at)):
+                timings[key] = round(timings.get(key, 0.0) + seconds, 3)
+        dataset = {"kind": "languages", "source": languages.source, "hash": languages.hash,
+                   "languages": {lang.code: lang.resource for lang in languages.languages}}
+        summary = {"bits": config.bits, "primary": primary.label, "models": summaries}
+        return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest(config, models, dataset, timings),
+                           summary=summary, table=make_table(rows))
+
+    def figures(self, result: StudyResult):
+        return figures(result)
+
+    def report(self, result: StudyResult) -> str:
+        return report(result)
+
+    def headline(self, result: StudyResult) -> list[str]:
+        lines = []
+        for model, s in result.summary["models"].items():
+            for label, v in s["variants"].items():
+                h5 = v["verdicts"]["h5"]
+                detail = (f"{h5['reduction_pct']:.1f}% reduction" if h5.get("reduction_pct") is not None
+                          else h5.get("reason", ""))
+                lines.append(f"{model} [{label}]: H5 {h5['result']} ({detail})")
+        return lines
+
+
+def _analyse(model: str, n: int, per_text, order: list[str], variants: list[Variant]) -> tuple[dict, list[dict]]:
+    rows, out = [], {"n_layers": n, "variants": {}}
+    for variant in variants:
+        scored = add_degradation(per_text[per_text["variant"] == variant.label])
+        names = [c for c in order if c in set(scored["config"])]
+        per_config = disparity_table(scored, names)
+        entry = {"scheme": variant.scheme, "targets": variant.targets, "per_config": per_config,
+                 "verdicts": verdicts(per_config)}
+        if variant.sweep:
+            sweep = sweep_table(scored)
+            entry["sweep"] = sweep.to_dict(orient="records")
+            entry["most_sensitive_layer"] = {lang: int(g.loc[g["delta_nll"].idxmax(), "layer"])
+                                             for lang, g in sweep.groupby("lang")}
+        out["variants"][variant.label] = entry
+        for r in scored.itertuples():
+            layer = int(r.config.removeprefix("only_L")) if r.config.startswith("only_L") else None
+            common = {"model": model, "layer": layer, "n_layers": n if layer is not None else None,
+                      "depth": layer / n if layer is not None else None, "config": r.config, "lang": r.lang,
+                      "resource": r.resource, "sample": r.sample, "scheme": variant.scheme,
+                      "targets": variant.targets, "n": r.n_scored}
+            rows += [{**common, "metric": m, "value": getattr(r, m)} for m in ("ppl", "degradation", "delta_nll")]
+        for c in per_config:
+            rows += [{"model": model, "config": c["config"], "scheme": variant.scheme, "targets": variant.targets,
+                      "metric": m, "value": c[m]} for m in ("d_hr", "d_lr", "disparity_ratio", "reduction_pct")]
+    return out, rows

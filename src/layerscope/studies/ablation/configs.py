@@ -1,0 +1,69 @@
+"""Named sets of decoder layers to quantize.
+
+    standard_configs(12)["gateway_protected"]     # {1, ..., 10}: first and last left alone
+    load_configs("mine.json", 12)                  # {"name": [layers to quantize], ...}
+    sweep_configs(12)["only_L3"]                   # {3}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...errors import DatasetError
+
+
+@dataclass(frozen=True)
+class LayerConfig:
+    name: str
+    quantize: frozenset[int]
+    description: str = ""
+
+
+def standard_configs(n: int) -> dict[str, LayerConfig]:
+    """The ablation notebook's eight configurations for a model with ``n`` decoder layers."""
+    half = n // 2
+    specs = [
+        ("baseline", set(), "no layer quantized"),
+        ("all_quantized", set(range(n)), "every layer quantized"),
+        ("first_protected", set(range(1, n)), "layer 0 protected, the rest quantized"),
+        ("last_protected", set(range(n - 1)), "last layer protected, the rest quantized"),
+        ("gateway_protected", set(range(1, n - 1)), "first and last layers protected"),
+        ("middle_protected", {0, n - 1}, "middle layers protected (first and last quantized)"),
+        ("first_half_protected", set(range(half, n)), "first half protected"),
+        ("second_half_protected", set(range(half)), "second half protected"),
+    ]
+    return {name: LayerConfig(name, frozenset(layers), text) for name, layers, text in specs}
+
+
+def sweep_configs(n: int) -> dict[str, LayerConfig]:
+    return {f"only_L{i}": LayerConfig(f"only_L{i}", frozenset({i}), f"only layer {i} quantized") for i in range(n)}
+
+
+def load_configs(path: str | os.PathLike, n: int) -> dict[str, LayerConfig]:
+    """A JSON file ``{name: [layers to quantize]}`` or ``{name: {"quantize": [...], "description": ...}}``.
+
+    ``baseline`` and ``all_quantized`` are added when missing: every comparison needs them.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"configs file {path} does not exist; pass 'standard' or an existing JSON file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not data:
+        raise DatasetError(f'{path}: expected a JSON object {{"name": [layers to quantize], ...}}')
+    configs = {k: v for k, v in standard_configs(n).items() if k in ("baseline", "all_quantized")}
+    for name, body in data.items():
+        layers, text = (body.get("quantize"), body.get("description", "")) if isinstance(body, dict) else (body, "")
+        if not isinstance(layers, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
+            raise DatasetError(f"{path}: config '{name}': expected a list of layer numbers to quantize")
+        bad = [i for i in layers if not 0 <= i < n]
+        if bad:
+            raise DatasetError(f"{path}: config '{name}': layer {bad[0]} is out of range; this model has "
+                               f"decoder layers 0 to {n - 1}")
+        configs[name] = LayerConfig(name, frozenset(layers), str(text))
+    return configs

@@ -1,0 +1,96 @@
+"""Ablation figures: the notebook's four panels per quantization variant, and with --sweep a
+layer x language heat map."""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from ...report.plotting import figure
+from ..result import StudyResult
+
+ORDER = ["baseline", "gateway_protected", "first_protected", "last_protected", "first_half_protected",
+         "second_half_protected", "middle_protected", "all_quantized"]
+
+
+def figures(result: StudyResult) -> dict[str, Figure]:
+    out = {}
+    table = result.table
+    several = len(result.summary["models"]) > 1
+    for model, s in result.summary["models"].items():
+        for i, (label, v) in enumerate(s["variants"].items()):
+            name = "ablation" + ("" if i == 0 else "_notebook_scheme") + (f"_{_slug(model)}" if several else "")
+            rows = table[(table["model"] == model) & (table["scheme"] == v["scheme"]) & (table["targets"] == v["targets"])]
+            out[name] = _panels(model, label, v, rows)
+            if "sweep" in v:
+                out[name + "_sweep"] = _heatmap(model, label, v["sweep"])
+    return out
+
+
+def _panels(model: str, label: str, v: dict, rows) -> Figure:
+    by = {c["config"]: c for c in v["per_config"]}
+    order = [c for c in ORDER if c in by] + [c for c in by if c not in ORDER and not c.startswith("only_L")]
+    colors = ["#2ecc71" if "protected" in c or c == "baseline" else "#e74c3c" for c in order]
+    fig, axes = figure(2, 2, size=(15, 11))
+    ax1, ax2, ax3, ax4 = axes.flat
+    ax1.barh(order, [by[c]["mean_degradation"] for c in order], xerr=[by[c]["std_degradation"] for c in order],
+             color=colors, capsize=3)
+    if "all_quantized" in by:
+        ax1.axvline(by["all_quantized"]["mean_degradation"], color="red", linestyle="--", alpha=0.5)
+    ax1.set_xlabel("Mean degradation (ppl / baseline ppl - 1)")
+    ax1.set_title("Degradation by layer protection strategy")
+
+    ratios = [by[c]["disparity_ratio"] if by[c]["disparity_ratio"] is not None else np.nan for c in order]
+    ax2.barh(order, ratios, color=colors)
+    ax2.axvline(1.0, color="gray", alpha=0.5)
+    if "all_quantized" in by and by["all_quantized"]["disparity_ratio"] is not None:
+        ax2.axvline(by["all_quantized"]["disparity_ratio"], color="red", linestyle="--", alpha=0.5)
+    ax2.set_xlabel("Disparity ratio D_LR / D_HR (missing: undefined)")
+    ax2.set_title("Language disparity by protection strategy")
+
+    per_lang = rows[rows["metric"] == "degradation"].pivot_table(index="config", columns="lang", values="value",
+                                                                 aggfunc="mean", sort=False)
+    per_lang = per_lang.reindex([c for c in order if c in per_lang.index])
+    width = 0.8 / max(1, len(per_lang.columns))
+    x = np.arange(len(per_lang.index))
+    for j, lang in enumerate(per_lang.columns):
+        ax3.bar(x + (j - (len(per_lang.columns) - 1) / 2) * width, per_lang[lang], width=width, label=lang)
+    ax3.set_xticks(x, per_lang.index, rotation=45, ha="right")
+    ax3.set_ylabel("Mean degradation")
+    ax3.set_title("Per-language degradation by configuration")
+    ax3.legend(title="Language", fontsize=8)
+
+    for c, color in zip(order, colors):
+        ax4.scatter(by[c]["d_hr"], by[c]["d_lr"], s=100, c=color, marker="s" if "gateway" in c else "o", label=c)
+    top = max(max(by[c]["d_hr"] for c in order), max(by[c]["d_lr"] for c in order), 1e-12)
+    ax4.plot([0, top], [0, top], "k--", alpha=0.3, label="equal degradation")
+    ax4.set_xlabel("High-resource degradation")
+    ax4.set_ylabel("Low-resource degradation")
+    ax4.set_title("HR vs LR degradation (above the diagonal: disparity)")
+    ax4.legend(fontsize=7, loc="upper left")
+    for ax in (ax1, ax2, ax3, ax4):
+        ax.grid(True, alpha=0.3)
+    fig.suptitle(f"{model}: layer ablation, {label}", fontsize=14, fontweight="bold")
+    return fig
+
+
+def _heatmap(model: str, label: str, sweep: list[dict]) -> Figure:
+    layers = sorted({r["layer"] for r in sweep})
+    langs = list(dict.fromkeys(r["lang"] for r in sweep))
+    grid = np.full((len(layers), len(langs)), np.nan)
+    for r in sweep:
+        grid[layers.index(r["layer"]), langs.index(r["lang"])] = r["delta_nll"]
+    fig, axes = figure(1, 1, size=(1.2 * len(langs) + 3, 0.28 * len(layers) + 2))
+    ax = axes[0, 0]
+    image = ax.imshow(grid, aspect="auto", cmap="magma_r")
+    ax.set_xticks(range(len(langs)), langs)
+    ax.set_yticks(range(len(layers)), layers)
+    ax.set_xlabel("Language")
+    ax.set_ylabel("Only this layer quantized")
+    ax.set_title(f"{model}: per-layer sensitivity ({label})\nmean NLL increase over baseline (nats/token)")
+    fig.colorbar(image, ax=ax, label="delta NLL")
+    return fig
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name).strip("-")
