@@ -14,11 +14,12 @@ Prints both times, the ratio (target >= 4x) and the largest relative perplexity 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM
 
 from layerscope import load_model
 from layerscope.data.languages import load_languages
@@ -26,28 +27,8 @@ from layerscope.models import decoder_layers
 from layerscope.studies.ablation.configs import standard_configs
 from layerscope.studies.ablation.runner import Variant, score_configs
 
-
-def notebook_loop(source: str, tokenizer, texts: list[str], configs, bits: int) -> dict:
-    """Reload, quantize every 'weight' parameter per tensor, score text by text."""
-    ppl = {}
-    for cfg in configs.values():
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).eval()
-        layers = decoder_layers(model)
-        with torch.no_grad():
-            for i in cfg.quantize:
-                for name, param in layers[i].named_parameters():
-                    if "weight" in name and param.requires_grad:
-                        qmax, qmin = 2 ** (bits - 1) - 1, -(2 ** (bits - 1))
-                        absmax = param.abs().max()
-                        if absmax == 0:
-                            continue
-                        scale = absmax / qmax
-                        param.copy_((torch.clamp(torch.round(param / scale), qmin, qmax) * scale).to(param.dtype))
-            for k, text in enumerate(texts):
-                enc = tokenizer(text, return_tensors="pt", truncation=True, max_length=256)
-                ppl[(cfg.name, k)] = torch.exp(model(enc["input_ids"], labels=enc["input_ids"]).loss).item()
-        del model
-    return ppl
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from notebook_reference import ablation_perplexities  # noqa: E402  (the tests' independent reference)
 
 
 def main() -> None:
@@ -67,7 +48,7 @@ def main() -> None:
                          args.bits, batch_size=16, max_length=256)
     t_ours = time.perf_counter() - start
     start = time.perf_counter()
-    reference = notebook_loop(lm.info.source, lm.tokenizer, texts, configs, args.bits)
+    reference = ablation_perplexities(lm.info.source, lm.tokenizer, texts, configs, args.bits)
     t_ref = time.perf_counter() - start
 
     index = {(lang, sample): k for k, (lang, sample, _) in enumerate(languages.texts())}

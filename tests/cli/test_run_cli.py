@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -129,3 +130,64 @@ def test_one_prompt_is_not_enough(tmp_path, models):
     prompts.write_text("# only\nJust one prompt here\n\n")
     result = run("anisotropy", "--model", models["tiny-llama"], "--prompts", prompts, "--out", tmp_path / "o")
     assert result.exit_code == 2 and "1 prompt(s)" in result.output and not (tmp_path / "o").exists()
+
+
+@pytest.fixture
+def texts(tmp_path):
+    path = tmp_path / "texts.json"
+    path.write_text(json.dumps({"en": {"resource": "high", "texts": ["The cat sat on the mat.", "Prices rose."]},
+                                "xx": {"resource": "low", "texts": ["Bread dough doubles.", "Ice floats on water.",
+                                                                   "Hey, grab some milk tonight?"]}}))
+    return path
+
+
+def test_ablation_with_sweep_writes_per_text_rows_panels_and_heatmap(tmp_path, models, texts):
+    out = tmp_path / "ab"
+    result = run("ablation", "--model", models["tiny-llama"], "--texts", texts, "--sweep", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert {"ablation.png", "ablation_sweep.png", "ablation_notebook_scheme.png", "report.md"} <= {
+        p.name for p in out.iterdir()}
+    table = pd.read_csv(out / "table.csv")
+    assert {"model", "config", "lang", "resource", "sample", "metric", "value"} <= set(table.columns)
+    per_text = table[table["metric"] == "ppl"]
+    primary = per_text[per_text["scheme"] == "per-channel"]
+    assert len(primary) == (8 + 3) * 5 and len(per_text) - len(primary) == 8 * 5  # the notebook variant: no sweep
+    assert sorted(primary[primary["config"] == "baseline"]["sample"]) == [0, 0, 1, 1, 2]
+    swept = primary[primary["config"] == "only_L2"]
+    assert (swept["layer"] == 2).all() and (swept["depth"] == 2 / 3).all()
+    base = primary[primary["config"] == "baseline"].set_index(["lang", "sample"])["value"]
+    for r in table[(table["metric"] == "delta_nll") & (table["scheme"] == "per-channel")].itertuples():
+        ppl = primary[(primary["config"] == r.config) & (primary["lang"] == r.lang) & (primary["sample"] == r.sample)]
+        assert r.value == pytest.approx(np.log(ppl["value"].item()) - np.log(base[(r.lang, r.sample)]), abs=1e-6)
+    text = (out / "result.json").read_text()
+    assert "Infinity" not in text and "NaN" not in text
+    s = json.loads(text)["summary"]["models"][models["tiny-llama"]]
+    variant = s["variants"]["per-channel/linear"]
+    baseline = variant["per_config"][0]
+    assert baseline["config"] == "baseline" and baseline["disparity_ratio"] is None and "below" in baseline["disparity_note"]
+    assert sorted(variant["most_sensitive_layer"]) == ["en", "xx"]
+    assert variant["verdicts"]["h5"]["result"] in ("SUPPORTED", "NOT_SUPPORTED", "UNDETERMINED")
+    assert "H5" in (out / "report.md").read_text()
+
+
+def test_ablation_seed_compat_is_the_notebook_scheme_only(tmp_path, models, texts):
+    out = tmp_path / "ab"
+    assert run("ablation", "--model", models["tiny-gpt2"], "--texts", texts, "--compat", "seed",
+               "--out", out).exit_code == 0
+    s = json.loads((out / "result.json").read_text())["summary"]["models"][models["tiny-gpt2"]]
+    assert list(s["variants"]) == ["per-tensor/all-weights"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--scheme", "group:x"], "unknown quantization scheme"),
+    (["--bits", "1"], "2 to 16 bits"),
+    (["--targets", "norms"], "unknown --targets"),
+    (["--texts", "missing.json"], "does not exist"),
+    (["--configs", "missing.json"], "configs file missing.json does not exist"),
+])
+def test_ablation_bad_input_exits_2_and_writes_nothing(tmp_path, models, args, message):
+    out = tmp_path / "out"
+    result = run("ablation", "--model", models["tiny-llama"], *args, "--out", out)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and result.output.startswith("error: ")
+    assert not out.exists()

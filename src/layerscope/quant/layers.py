@@ -46,7 +46,7 @@ def target_params(model: nn.Module, layers: Iterable[int], targets: str = "linea
         for name, param in blocks[i].named_parameters():
             if targets == "linear" and name not in axes:
                 continue
-            if targets == "all-weights" and not ("weight" in name and param.requires_grad):
+            if targets == "all-weights" and "weight" not in name:
                 continue
             out[f"layers.{i}.{name}"] = (param, axes.get(name, 0))
     return out

@@ -12,7 +12,7 @@ from ..config import StudyConfig
 from ..inputs import free_memory
 from ..manifest import manifest, model_entry
 from ..result import StudyResult, make_table
-from .analysis import add_degradation, disparity_table, sweep_table, verdicts
+from .analysis import add_degradation, disparity_table, median_ppl_ratio, sweep_table, verdicts
 from .configs import load_configs, standard_configs, sweep_configs
 from .figures import figures
 from .report import report
@@ -87,7 +87,7 @@ def _analyse(model: str, n: int, per_text, order: list[str], variants: list[Vari
         names = [c for c in order if c in set(scored["config"])]
         per_config = disparity_table(scored, names)
         entry = {"scheme": variant.scheme, "targets": variant.targets, "per_config": per_config,
-                 "verdicts": verdicts(per_config)}
+                 "verdicts": verdicts(per_config), "all_quantized_ppl_ratio": median_ppl_ratio(scored)}
         if variant.sweep:
             sweep = sweep_table(scored)
             entry["sweep"] = sweep.to_dict(orient="records")

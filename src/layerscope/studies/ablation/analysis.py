@@ -104,6 +104,15 @@ def verdicts(per_config: list[dict]) -> dict:
     return out
 
 
+def median_ppl_ratio(scored: pd.DataFrame, config: str = "all_quantized") -> float | None:
+    """Median over texts of ppl(config) / ppl(baseline): how many-fold the configuration
+    multiplies a typical text's perplexity (None when the configuration was not run)."""
+    ppl = scored.pivot_table(index=["lang", "sample"], columns="config", values="ppl")
+    if config not in ppl or "baseline" not in ppl:
+        return None
+    return float(np.median(ppl[config] / ppl["baseline"]))
+
+
 def sweep_table(scored: pd.DataFrame) -> pd.DataFrame:
     """Per swept layer and language: mean degradation and mean delta NLL of 'only layer i quantized'."""
     sweep = scored[scored["config"].str.startswith("only_L")].copy()

@@ -9,6 +9,9 @@ from matplotlib.figure import Figure
 from ...report.plotting import figure
 from ..result import StudyResult
 
+LOG_ABOVE = 100.0
+"""Degradations above this (perplexity > 100x baseline) are drawn on a symlog scale."""
+
 ORDER = ["baseline", "gateway_protected", "first_protected", "last_protected", "first_half_protected",
          "second_half_protected", "middle_protected", "all_quantized"]
 
@@ -68,6 +71,14 @@ def _panels(model: str, label: str, v: dict, rows) -> Figure:
     ax4.set_ylabel("Low-resource degradation")
     ax4.set_title("HR vs LR degradation (above the diagonal: disparity)")
     ax4.legend(fontsize=7, loc="upper left")
+    if max(by[c]["mean_degradation"] for c in order) > LOG_ABOVE:  # a broken model: spread the orders of magnitude
+        for ax in (ax1, ax4):
+            ax.set_xscale("symlog", linthresh=0.1)
+            ax.set_xlim(left=0)
+        for ax in (ax3, ax4):
+            ax.set_yscale("symlog", linthresh=0.1)
+            ax.set_ylim(bottom=0)
+        ax1.set_xlabel(ax1.get_xlabel() + ", symlog scale")
     for ax in (ax1, ax2, ax3, ax4):
         ax.grid(True, alpha=0.3)
     fig.suptitle(f"{model}: layer ablation, {label}", fontsize=14, fontweight="bold")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...report.markdown import md_table, method_line, number
+from ...report.markdown import md_table, number
 from ..result import StudyResult
 
 
@@ -18,15 +18,12 @@ def report(result: StudyResult) -> str:
            "(ppl - baseline) / baseline, clipped at 0 as in the notebook; delta NLL = mean NLL - baseline "
            "(stays readable when perplexity explodes). Disparity = mean low-resource degradation / mean "
            "high-resource degradation. H5: protecting the first and last layers cuts the disparity by > 30%.", "",
-           method_line(result.config), "",
-           "The notebook quantizes every parameter named 'weight' in a layer (norm weights included) with one "
-           "scale per tensor; layerscope's default quantizes only linear-layer weights, one scale per output "
-           "channel, which is how weight-only quantization is deployed. Both are shown below when they differ.", ""]
+           _method(result.config), ""]
     for model, m in s["models"].items():
         out += [f"## {model} ({m['n_layers']} decoder layers)", ""]
         for label, v in m["variants"].items():
             rows = [c for c in v["per_config"] if not c["config"].startswith("only_L")]
-            out += [f"### {label}", ""]
+            out += [f"### {label}", ""] + _blowup(v.get("all_quantized_ppl_ratio"))
             out.append(md_table(
                 ["config", "layers quantized", "mean ppl", "mean degradation", "D_HR", "D_LR", "disparity",
                  "reduction vs all", "delta NLL HR", "delta NLL LR"],
@@ -55,8 +52,39 @@ def report(result: StudyResult) -> str:
                                             f"expected (additive) {syn['expected_additive']:.3f}, gateway "
                                             f"{syn['gateway']:.3f} -> "
                                             + ("synergistic" if syn["synergistic"] else "no synergy")))
+            out += ["", "Mean degradation per language (columns) and configuration:", "",
+                    _per_language(result.table, model, v, [c["config"] for c in rows])]
             if "sweep" in v:
                 out += ["", "Most sensitive single layer per language (largest NLL increase): "
                         + ", ".join(f"{lang} L{layer}" for lang, layer in v["most_sensitive_layer"].items()) + "."]
             out.append("")
     return "\n".join(out)
+
+
+def _method(config: dict) -> str:
+    if config.get("compat") == "seed":
+        return ("Method: **seed compat**: the notebook's quantization (one scale per tensor, every parameter "
+                "named 'weight' in a layer, norm weights included) and its truncation at 256 tokens.")
+    return ("Method: the notebook quantizes every parameter named 'weight' in a layer (norm weights included) "
+            "with one scale per tensor; layerscope's default quantizes only linear-layer weights with one scale "
+            "per output channel, which is how weight-only quantization is deployed. When the chosen scheme is "
+            "not the notebook's, the notebook's is run as well and shown after it, for comparison.")
+
+
+def _blowup(ratio: float | None) -> list[str]:
+    if ratio is None:
+        return []
+    line = f"Quantizing every layer multiplies the median text's perplexity by {ratio:.3g}."
+    if ratio > 100:
+        line += (" The model no longer works at that scale: degradations are huge "
+                 "and the disparity ratio divides one broken model's numbers by another's, so its H5 verdict "
+                 "means nothing. Read the delta NLL columns, or a scheme that keeps the model usable.")
+    return [line, ""]
+
+
+def _per_language(table, model: str, v: dict, configs: list[str]) -> str:
+    rows = table[(table["model"] == model) & (table["metric"] == "degradation") & (table["scheme"] == v["scheme"])
+                 & (table["targets"] == v["targets"]) & table["config"].isin(configs)]
+    means = rows.groupby(["config", "lang"], sort=False)["value"].mean().unstack()
+    langs = list(dict.fromkeys(rows["lang"]))
+    return md_table(["config", *langs], [[c, *(number(means.loc[c, lang], 3) for lang in langs)] for c in configs])
