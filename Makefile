@@ -31,6 +31,8 @@ integration: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/extract_vs_seed.py
+	$(BIN)/python benchmarks/anisotropy_vs_eigh.py
+	$(BIN)/python benchmarks/ablation_vs_reload.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -14,8 +14,8 @@ from ..manifest import manifest, model_entry
 from ..result import StudyResult, make_table
 from .analysis import add_degradation, disparity_table, median_ppl_ratio, sweep_table, verdicts
 from .configs import load_configs, standard_configs, sweep_configs
-from .figures import figures
-from .report import report
+from .figures import figures as draw_figures
+from .report import report as write_report
 from .runner import Variant, score_configs
 
 NOTEBOOK = ("per-tensor", "all-weights")
@@ -63,11 +63,8 @@ class Ablation(Study):
         return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest(config, models, dataset, timings),
                            summary=summary, table=make_table(rows))
 
-    def figures(self, result: StudyResult):
-        return figures(result)
-
-    def report(self, result: StudyResult) -> str:
-        return report(result)
+    figures = staticmethod(draw_figures)
+    report = staticmethod(write_report)
 
     def headline(self, result: StudyResult) -> list[str]:
         lines = []

@@ -117,7 +117,8 @@ def sweep_table(scored: pd.DataFrame) -> pd.DataFrame:
     """Per swept layer and language: mean degradation and mean delta NLL of 'only layer i quantized'."""
     sweep = scored[scored["config"].str.startswith("only_L")].copy()
     sweep["layer"] = sweep["config"].str.removeprefix("only_L").astype(int)
-    return sweep.groupby(["layer", "lang"], sort=True)[["degradation", "delta_nll"]].mean().reset_index()
+    means = sweep.groupby(["layer", "lang"], sort=False)[["degradation", "delta_nll"]].mean().reset_index()
+    return means.sort_values("layer", kind="stable", ignore_index=True)  # languages stay in file order
 
 
 def finite_or_none(x: float | None) -> float | None:

@@ -26,7 +26,7 @@ def figures(result: StudyResult) -> dict[str, Figure]:
             rows = table[(table["model"] == model) & (table["scheme"] == v["scheme"]) & (table["targets"] == v["targets"])]
             out[name] = _panels(model, label, v, rows)
             if "sweep" in v:
-                out[name + "_sweep"] = _heatmap(model, label, v["sweep"])
+                out[name + "_sweep"] = _heatmap(model, label, v["sweep"], result.manifest["dataset"]["languages"])
     return out
 
 
@@ -85,7 +85,7 @@ def _panels(model: str, label: str, v: dict, rows) -> Figure:
     return fig
 
 
-def _heatmap(model: str, label: str, sweep: list[dict]) -> Figure:
+def _heatmap(model: str, label: str, sweep: list[dict], resource: dict[str, str]) -> Figure:
     layers = sorted({r["layer"] for r in sweep})
     langs = list(dict.fromkeys(r["lang"] for r in sweep))
     grid = np.full((len(layers), len(langs)), np.nan)
@@ -93,8 +93,9 @@ def _heatmap(model: str, label: str, sweep: list[dict]) -> Figure:
         grid[layers.index(r["layer"]), langs.index(r["lang"])] = r["delta_nll"]
     fig, axes = figure(1, 1, size=(1.2 * len(langs) + 3, 0.28 * len(layers) + 2))
     ax = axes[0, 0]
-    image = ax.imshow(grid, aspect="auto", cmap="magma_r")
-    ax.set_xticks(range(len(langs)), langs)
+    bound = max(float(np.nanmax(np.abs(grid))), 1e-9)  # red: quantizing the layer hurts, blue: it helps
+    image = ax.imshow(grid, aspect="auto", cmap="RdBu_r", vmin=-bound, vmax=bound)
+    ax.set_xticks(range(len(langs)), [f"{lang}\n({resource.get(lang, '?')})" for lang in langs])
     ax.set_yticks(range(len(layers)), layers)
     ax.set_xlabel("Language")
     ax.set_ylabel("Only this layer quantized")

@@ -16,8 +16,8 @@ from ..inputs import free_memory
 from ..manifest import manifest, model_entry
 from ..result import StudyResult, make_table
 from .analysis import analyse_model
-from .figures import figures
-from .report import report
+from .figures import figures as draw_figures
+from .report import report as write_report
 
 
 class Anisotropy(Study):
@@ -53,11 +53,8 @@ class Anisotropy(Study):
         return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest(config, models, dataset, timings),
                            summary={"models": summaries}, table=make_table(rows))
 
-    def figures(self, result: StudyResult):
-        return figures(result)
-
-    def report(self, result: StudyResult) -> str:
-        return report(result)
+    figures = staticmethod(draw_figures)
+    report = staticmethod(write_report)
 
     def headline(self, result: StudyResult) -> list[str]:
         lines = []

@@ -10,8 +10,8 @@ from ..config import StudyConfig
 from ..inputs import analyse_pairs
 from ..result import StudyResult, make_table
 from .analysis import analyse_model
-from .figures import figures
-from .report import report
+from .figures import figures as draw_figures
+from .report import report as write_report
 
 
 class Phases(Study):
@@ -30,11 +30,8 @@ class Phases(Study):
         return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest,
                            summary={"models": summaries, "comparison": comparison}, table=make_table(rows))
 
-    def figures(self, result: StudyResult):
-        return figures(result)
-
-    def report(self, result: StudyResult) -> str:
-        return report(result)
+    figures = staticmethod(draw_figures)
+    report = staticmethod(write_report)
 
     def headline(self, result: StudyResult) -> list[str]:
         return [f"{model}: {s['pattern']} (early {signed(s['phases']['early']['mean'], 2)}, mid "

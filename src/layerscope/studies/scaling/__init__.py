@@ -8,8 +8,8 @@ from ..config import StudyConfig
 from ..inputs import analyse_pairs
 from ..result import StudyResult, make_table
 from .analysis import analyse_model, peak_stability
-from .figures import figures
-from .report import report
+from .figures import figures as draw_figures
+from .report import report as write_report
 
 
 class Scaling(Study):
@@ -25,11 +25,8 @@ class Scaling(Study):
         return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest, summary=summary,
                            table=make_table(rows))
 
-    def figures(self, result: StudyResult):
-        return figures(result)
-
-    def report(self, result: StudyResult) -> str:
-        return report(result)
+    figures = staticmethod(draw_figures)
+    report = staticmethod(write_report)
 
     def headline(self, result: StudyResult) -> list[str]:
         peaks = ", ".join(f"{model} {m['max_pos_pct']:.0f}%" for model, m in result.summary["models"].items())
