@@ -59,3 +59,44 @@ def test_seeded_resampling_reproduces_the_notebook_loop_exactly():
     ours = bootstrap_pearson(x, y, resample_indices(30, 500, np.random.RandomState(42)))
     np.testing.assert_allclose(ours, loop, atol=1e-12)
     assert percentile_ci(ours) == pytest.approx(tuple(np.percentile(loop, [2.5, 97.5])), abs=1e-12)
+
+
+def test_spearman_is_pearson_of_the_ranks():
+    from layerscope.stats import spearman
+
+    x, y = [1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 1.0, 4.0, 3.0, 10.0]
+    # ranks of y: 2 1 4 3 5; d = -1 1 -1 1 0, sum d^2 = 4: rho = 1 - 6 * 4 / (5 * 24) = 0.8
+    rho, p = spearman(x, y)
+    assert rho == pytest.approx(0.8) and 0 < p < 1
+    assert all(np.isnan(spearman(x, [1.0] * 5)))
+
+
+def test_fisher_z_interval_textbook_example():
+    from layerscope.stats import fisher_z_ci
+
+    # r = 0.5, n = 28: z = atanh(0.5) = 0.5493, se = 1 / 5, z +- 1.96 * 0.2 -> r in (0.1560, 0.7358)
+    lo, hi = fisher_z_ci(0.5, 28)
+    assert lo == pytest.approx(np.tanh(0.549306 - 0.391993), abs=1e-5) and lo == pytest.approx(0.1560, abs=1e-4)
+    assert hi == pytest.approx(0.7358, abs=1e-4)
+    assert all(np.isnan(fisher_z_ci(0.5, 3)))
+
+
+def test_permutation_pvalue_approaches_the_exact_enumeration():
+    from layerscope.stats import permutation_pvalue
+
+    x = np.array([0.3, 1.2, 0.8, 2.5, 1.9, 3.1])
+    y = np.array([0.1, 0.9, 1.4, 1.8, 2.6, 2.2])
+    r = np.corrcoef(x, y)[0, 1]
+    exact = np.mean([abs(np.corrcoef(x, y[list(perm)])[0, 1]) >= abs(r) - 1e-12
+                     for perm in itertools.permutations(range(6))])  # all 720 orderings
+    p = permutation_pvalue(x, y, 20_000, np.random.default_rng(0))
+    assert exact == pytest.approx(p, abs=0.005) and 0 < exact < 0.1
+
+
+def test_bh_qvalues_by_hand_with_nan_kept():
+    from layerscope.stats import bh_qvalues
+
+    # sorted 0.005, 0.01, 0.03, 0.04 (m = 4): p * m / rank = 0.02, 0.02, 0.04, 0.04, already monotone
+    q = bh_qvalues([0.01, 0.04, np.nan, 0.03, 0.005])
+    np.testing.assert_allclose(q, [0.02, 0.04, np.nan, 0.04, 0.02])
+    np.testing.assert_allclose(bh_qvalues([0.01, 0.02, 0.9]), [0.03, 0.03, 0.9])  # 0.01*3/1 -> min(0.03, 0.02*3/2)
