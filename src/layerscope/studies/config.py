@@ -56,7 +56,7 @@ class StudyConfig:
                               "the bundled texts (8 languages).", default=None)
     bits: int = _help("ablation: bits of the symmetric fake quantization.", default=4)
     configs: str = _help("ablation: 'standard' (the notebook's 8 layer sets) or a JSON file "
-                         "{name: [layers to quantize]}.", default="standard")
+                         "mapping each configuration's name to the list of layers it quantizes.", default="standard")
     sweep: bool = _help("ablation: also quantize one layer at a time, every layer.", default=False)
     scheme: str | None = _help("ablation: per-tensor, per-channel or group:N. Default: per-channel "
                                "(seed compat: per-tensor).", default=None)
