@@ -18,20 +18,22 @@ from scipy import stats
 
 def pearson(x, y) -> tuple[float, float]:
     """Pearson r and its two-sided p-value; (nan, nan) when either side is constant."""
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    if np.ptp(x) == 0 or np.ptp(y) == 0:
-        return float("nan"), float("nan")
-    result = stats.pearsonr(x, y)
-    return float(result.statistic), float(result.pvalue)
+    return _correlation(stats.pearsonr, x, y)
 
 
 def spearman(x, y) -> tuple[float, float]:
     """Spearman rho and its two-sided p-value; (nan, nan) when either side is constant."""
+    return _correlation(stats.spearmanr, x, y)
+
+
+def _correlation(test, x, y) -> tuple[float, float]:
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if np.ptp(x) == 0 or np.ptp(y) == 0:
         return float("nan"), float("nan")
-    result = stats.spearmanr(x, y)
+    result = test(x, y)
     return float(result.statistic), float(result.pvalue)
+
+
 
 
 def fisher_z_ci(r: float, n: int, level: float = 0.95) -> tuple[float, float]:
