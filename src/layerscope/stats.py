@@ -34,8 +34,6 @@ def _correlation(test, x, y) -> tuple[float, float]:
     return float(result.statistic), float(result.pvalue)
 
 
-
-
 def fisher_z_ci(r: float, n: int, level: float = 0.95) -> tuple[float, float]:
     """Confidence interval for a Pearson r from n pairs: tanh(atanh(r) -+ z / sqrt(n - 3)).
     (nan, nan) when n <= 3 or r is not finite."""
