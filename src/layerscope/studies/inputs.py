@@ -20,7 +20,7 @@ from ..data import PairDataset, load_pairs
 from ..engine import Activations, extract
 from ..models import ModelInfo, load_model
 from .config import StudyConfig, select_layers
-from .manifest import dataset_entry, manifest, model_entry
+from .manifest import add_timings, dataset_entry, manifest, model_entry
 
 
 @dataclass
@@ -57,8 +57,7 @@ def pair_runs(config: StudyConfig, pairs: PairDataset, timings: dict[str, float]
         layers = select_layers(config.layer_spec, lm.info.n_layers, lm.info.name)  # fail before extracting
         loaded = time.perf_counter()
         acts = extract(lm, pairs.texts(), compat=config.compat, batch_size=config.batch_size, cache=config.cache)
-        timings["load_s"] = round(timings.get("load_s", 0.0) + loaded - start, 3)
-        timings["extract_s"] = round(timings.get("extract_s", 0.0) + time.perf_counter() - loaded, 3)
+        add_timings(timings, load_s=loaded - start, extract_s=time.perf_counter() - loaded)
         del lm
         free_memory()
         yield PairRun(acts=acts, pairs=pairs, layers=layers)
@@ -78,7 +77,7 @@ def analyse_pairs(config: StudyConfig, analyse: Callable[[PairRun], tuple[dict, 
         summaries[run.info.name], model_rows = analyse(run)
         rows += model_rows
         done.append(run.acts)
-        timings["analysis_s"] = round(timings.get("analysis_s", 0.0) + time.perf_counter() - start, 3)
+        add_timings(timings, analysis_s=time.perf_counter() - start)
     models = [model_entry(acts.model, acts) for acts in done]
     return summaries, rows, manifest(config, models, dataset_entry(pairs), timings)
 

@@ -29,6 +29,12 @@ def dataset_entry(pairs: PairDataset) -> dict:
             "n_categories": len(pairs.categories)}
 
 
+def add_timings(timings: dict[str, float], **seconds: float) -> None:
+    """Add each model's seconds to the run's totals (``load_s=..., extract_s=..., analysis_s=...``)."""
+    for key, value in seconds.items():
+        timings[key] = round(timings.get(key, 0.0) + value, 3)
+
+
 def manifest(config: StudyConfig, models: list[dict], dataset: dict | None, timings: dict[str, float]) -> dict:
     return {"models": models, "dataset": dataset, "seed": config.seed, "versions": library_versions(),
             "timings": timings}

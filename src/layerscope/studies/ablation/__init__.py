@@ -10,7 +10,7 @@ from ...models import decoder_layers, load_model
 from ..base import Study
 from ..config import StudyConfig
 from ..inputs import free_memory
-from ..manifest import manifest, model_entry
+from ..manifest import add_timings, manifest, model_entry
 from ..result import StudyResult, make_table
 from .analysis import add_degradation, disparity_table, median_ppl_ratio, sweep_table, verdicts
 from .configs import load_configs, standard_configs, sweep_configs
@@ -54,9 +54,8 @@ class Ablation(Study):
             summaries[info.name], model_rows = _analyse(info.name, n, per_text, list(configs), variants)
             rows += model_rows
             models.append(model_entry(info))
-            for key, seconds in (("load_s", loaded - start), ("extract_s", scored_at - loaded),
-                                 ("analysis_s", time.perf_counter() - scored_at)):
-                timings[key] = round(timings.get(key, 0.0) + seconds, 3)
+            add_timings(timings, load_s=loaded - start, extract_s=scored_at - loaded,
+                        analysis_s=time.perf_counter() - scored_at)
         dataset = {"kind": "languages", "source": languages.source, "hash": languages.hash,
                    "languages": {lang.code: lang.resource for lang in languages.languages}}
         summary = {"bits": config.bits, "primary": primary.label, "models": summaries}

@@ -13,7 +13,7 @@ from ...models import load_model
 from ..base import Study
 from ..config import StudyConfig
 from ..inputs import free_memory
-from ..manifest import manifest, model_entry
+from ..manifest import add_timings, manifest, model_entry
 from ..result import StudyResult, make_table
 from .analysis import analyse_model
 from .figures import figures as draw_figures
@@ -46,9 +46,8 @@ class Anisotropy(Study):
             summaries[info.name] = {"n_prompts": len(prompts.texts), **summary}
             rows += model_rows
             models.append(model_entry(info))
-            for key, seconds in (("load_s", loaded - start), ("extract_s", extracted - loaded),
-                                 ("analysis_s", time.perf_counter() - extracted)):
-                timings[key] = round(timings.get(key, 0.0) + seconds, 3)
+            add_timings(timings, load_s=loaded - start, extract_s=extracted - loaded,
+                        analysis_s=time.perf_counter() - extracted)
         dataset = {"kind": "prompts", "source": prompts.source, "hash": prompts.hash, "n_prompts": len(prompts.texts)}
         return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest(config, models, dataset, timings),
                            summary={"models": summaries}, table=make_table(rows))
