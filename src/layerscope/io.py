@@ -32,6 +32,7 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
             yield f
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; the file we replace was not
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -66,12 +67,16 @@ def check_out_dir(out: str | os.PathLike, force: bool) -> Path:
             f"output folder {out} already exists and is not empty; "
             "choose another --out, or pass --force to replace it"
         )
-    parent = out.resolve().parent
-    probe = parent
+    probe = out.resolve().parent
     while not probe.exists():
         probe = probe.parent
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise OutputError(f"cannot write to {probe}: permission denied; choose a writable --out")
+    if not probe.is_dir():
+        raise OutputError(f"cannot create {out}: {probe} is a file, not a folder; choose another --out")
+    try:  # try it: os.access says yes to root even where writes fail (read-only or immutable folders)
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as exc:
+        raise OutputError(f"cannot write to {probe}: {exc.strerror.lower()}; choose a writable --out") from None
     return out
 
 

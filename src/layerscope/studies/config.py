@@ -62,6 +62,14 @@ class StudyConfig:
                                "(seed compat: per-tensor).", default=None)
     targets: str | None = _help("ablation: 'linear' (linear-layer weights) or 'all-weights' (every weight, "
                                 "norms included). Default: linear (seed compat: all-weights).", default=None)
+    centroids: str | None = _help("phases: 'loo' (each pair is compared with centroids of the other pairs) or "
+                                  "'self' (the notebooks' centroids, which include the pair itself). The report "
+                                  "shows both. Default: loo (seed compat: self).", default=None)
+    drop_category: str | None = _help("divergence, phases: also analyse the pairs without this category, beside "
+                                      "the full results (e.g. numeric_vs_named, which can flip a 6-point r).",
+                                      default=None)
+    n_permutations: int = _help("Permutations for the permutation p-values (not used in seed compat).",
+                                default=10_000)
     reference_lstar: int | None = _help("anisotropy: a reference L* to compare with (match within 3 layers: "
                                         "excellent, within 5: good).", default=None)
 
@@ -87,6 +95,10 @@ class StudyConfig:
             parse_scheme(self.scheme)
         if self.targets not in (None, "linear", "all-weights"):
             raise ConfigError(f"unknown --targets {self.targets!r}; use linear or all-weights")
+        if self.centroids not in (None, "loo", "self"):
+            raise ConfigError(f"unknown centroids {self.centroids!r}; use loo or self")
+        if self.n_permutations < 100:
+            raise ConfigError(f"n_permutations {self.n_permutations} is too few for a p-value; use >= 100")
         if self.reference_lstar is not None and self.reference_lstar < 0:
             raise ConfigError(f"--reference-lstar {self.reference_lstar} must be a layer number, 0 or more")
 
@@ -97,6 +109,10 @@ class StudyConfig:
     @property
     def quant_targets(self) -> str:
         return self.targets or ("all-weights" if self.compat == "seed" else "linear")
+
+    @property
+    def centroid_mode(self) -> str:
+        return self.centroids or ("self" if self.compat == "seed" else "loo")
 
     @property
     def layer_spec(self) -> str:

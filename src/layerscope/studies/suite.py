@@ -1,0 +1,126 @@
+"""Run several studies into one run folder, resumably, and write its HTML report.
+
+    configs = resolve_configs(None, {})                 # all five, on their default models
+    run_suite(configs, Path("runs/20261122-153000"))    # runs/.../<study>/..., config.yaml, index.html
+
+The suite is built in a hidden ``.<name>.partial`` folder beside the target and renamed
+into place when every study is done. A killed suite leaves that folder behind; running the
+same config again (same ``--out``, or no ``--out`` at all) picks it up and skips the studies
+that had finished, and the activation cache skips the batches that had been extracted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from ..data import load_pairs
+from ..data.languages import load_languages
+from ..data.prompts import load_prompts
+from ..data.reference import load_phase_reference
+from ..io import atomic_file, check_out_dir
+from ..report.html import write_index
+from .ablation.configs import load_configs
+from .config import ConfigError, StudyConfig
+from .config_file import dump_configs
+from .registry import get_study, run_study
+
+log = logging.getLogger(__name__)
+
+PARTIAL = ".partial"
+
+
+def with_default_models(configs: dict[str, StudyConfig]) -> dict[str, StudyConfig]:
+    """Each config with its study's default models filled in where none are given."""
+    return {name: c if c.models else dataclasses.replace(c, models=get_study(name).default_models)
+            for name, c in configs.items()}
+
+
+def check_inputs(config: StudyConfig) -> None:
+    """Read every input file a study will need, so a bad one fails before any model runs."""
+    if config.study in ("divergence", "scaling", "phases"):
+        pairs = load_pairs(config.dataset)
+        names = [c.name for c in pairs.categories]
+        if config.drop_category is not None and config.drop_category not in names:
+            raise ConfigError(f"--drop-category {config.drop_category!r} is not a category of {pairs.source}; "
+                              f"choose one of {', '.join(names)}")
+    if config.study == "phases":
+        load_phase_reference(config.reference)
+    if config.study == "anisotropy":
+        load_prompts(config.prompts)
+    if config.study == "ablation":
+        load_languages(config.texts)
+        if config.configs != "standard":
+            load_configs(config.configs, n=10**9)  # the layer range is checked once the model is loaded
+
+
+def partial_dir(out: Path) -> Path:
+    return out.parent / f".{out.name}{PARTIAL}"
+
+
+def find_partial(runs: Path, resolved: str) -> Path | None:
+    """The target of an unfinished suite under ``runs`` with exactly this resolved config."""
+    for folder in sorted(runs.glob(f".*{PARTIAL}"), reverse=True):
+        config = folder / "config.yaml"
+        if config.is_file() and config.read_text(encoding="utf-8") == resolved:
+            return runs / folder.name[1 : -len(PARTIAL)]
+    return None
+
+
+def run_suite(configs: dict[str, StudyConfig], out: Path, force: bool = False,
+              echo: Callable[[str], None] = print) -> Path:
+    """Run each study into ``out/<study>/``, then write ``out/config.yaml`` and ``out/index.html``."""
+    configs = with_default_models(configs)
+    out = check_out_dir(out, force)
+    for config in configs.values():
+        check_inputs(config)
+    resolved = dump_configs({n: c.to_dict() for n, c in configs.items()})
+    staging = partial_dir(out)
+    if staging.exists() and _read(staging / "config.yaml") != resolved:
+        shutil.rmtree(staging)  # an unfinished run of another config: ours to discard
+    staging.mkdir(parents=True, exist_ok=True)
+    with atomic_file(staging / "config.yaml", "w") as f:
+        f.write(resolved)
+    finished_any = False
+    try:
+        for name, config in configs.items():
+            folder = staging / name
+            if (folder / "result.json").is_file():
+                echo(f"{name}: finished in an earlier, interrupted run; reusing {out / name}")
+                finished_any = True
+                continue
+            echo(f"{name}: running on {', '.join(config.models)}")
+            result = run_study(config)
+            result.write(folder, force=True)
+            finished_any = True
+            for line in get_study(name).headline(result):
+                echo(f"{name}: {line}")
+        write_index(staging, name=out.name)
+    except BaseException:
+        if not finished_any:
+            shutil.rmtree(staging, ignore_errors=True)  # nothing worth resuming: leave no trace
+        raise
+    _replace(staging, out)
+    return out
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+def _replace(staging: Path, out: Path) -> None:
+    if out.exists():
+        old = out.parent / f".{out.name}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out, old)
+        os.replace(staging, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staging, out)

@@ -1,0 +1,29 @@
+"""The README's first command, `layerscope run` (what `make run` runs), on the real default models,
+then the page it writes in headless Chromium."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from browser import render
+from layerscope.studies.config_file import SUITE
+
+pytestmark = pytest.mark.integration
+
+
+def test_layerscope_run_writes_every_study_and_a_page_chromium_renders(tmp_path):
+    layerscope = Path(sys.executable).parent / "layerscope"
+    done = subprocess.run([str(layerscope), "run"], cwd=tmp_path, capture_output=True, text=True, timeout=3000)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert {p.name for p in folder.iterdir()} == {*SUITE, "config.yaml", "index.html"}
+    models = {name: json.loads((folder / name / "result.json").read_text())["config"]["models"] for name in SUITE}
+    assert models == {**{name: ["smollm2-135m"] for name in SUITE}, "scaling": ["smollm2-135m", "gemma3-270m"]}
+    for name in SUITE:
+        assert f"{name}: " in done.stdout  # each study's verdicts on the console
+    check = render(folder / "index.html")
+    assert len(check["images"]) == len(list(folder.glob("*/*.png"))) >= 8 and all(check["images"])
+    assert check["sections"][0] == "Summary of verdicts" and check["sections"][-1] == "Manifest"
