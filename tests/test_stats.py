@@ -81,16 +81,87 @@ def test_fisher_z_interval_textbook_example():
     assert all(np.isnan(fisher_z_ci(0.5, 3)))
 
 
-def test_permutation_pvalue_approaches_the_exact_enumeration():
+def exact_permutation_p(x, y):
+    """Every ordering of y, one np.corrcoef each: the share with |r| at least the observed |r|."""
+    r = np.corrcoef(x, y)[0, 1]
+    return np.mean([abs(np.corrcoef(x, y[list(perm)])[0, 1]) >= abs(r) - 1e-12
+                    for perm in itertools.permutations(range(len(y)))])
+
+
+def test_permutation_pvalue_enumerates_every_ordering_when_it_can():
     from layerscope.stats import permutation_pvalue
 
     x = np.array([0.3, 1.2, 0.8, 2.5, 1.9, 3.1])
     y = np.array([0.1, 0.9, 1.4, 1.8, 2.6, 2.2])
-    r = np.corrcoef(x, y)[0, 1]
-    exact = np.mean([abs(np.corrcoef(x, y[list(perm)])[0, 1]) >= abs(r) - 1e-12
-                     for perm in itertools.permutations(range(6))])  # all 720 orderings
-    p = permutation_pvalue(x, y, 20_000, np.random.default_rng(0))
-    assert exact == pytest.approx(p, abs=0.005) and 0 < exact < 0.1
+    exact = exact_permutation_p(x, y)  # all 720 orderings
+    assert permutation_pvalue(x, y, 720, np.random.default_rng(0)) == pytest.approx(exact, abs=1e-12)
+    assert 0 < exact < 0.1
+
+
+def test_permutation_pvalues_per_column_match_the_exact_loop():
+    from layerscope.stats import permutation_pvalues
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(7, 4))
+    y = x[:, 0] + rng.normal(scale=0.7, size=7)
+    x[:, 3] = 2.0  # constant: r undefined
+    p = permutation_pvalues(x, y, 10_000, rng)  # 7! = 5040 <= 10_000: exact
+    np.testing.assert_allclose(p[:3], [exact_permutation_p(x[:, j], y) for j in range(3)], atol=1e-12)
+    assert np.isnan(p[3])
+
+
+def test_permutation_pvalues_sample_orderings_when_n_factorial_is_too_many():
+    from layerscope.stats import permutation_pvalues
+
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(7, 2))
+    y = x[:, 0] - x[:, 1] + rng.normal(size=7)
+    exact = [exact_permutation_p(x[:, j], y) for j in range(2)]
+    p = permutation_pvalues(x, y, 4000, np.random.default_rng(1))  # 4000 < 5040: random orderings
+    np.testing.assert_allclose(p, exact, atol=0.025)  # ~4 standard errors
+    assert np.all(p >= 1 / 4001)  # (1 + hits) / (1 + N): never 0
+    np.testing.assert_array_equal(p, permutation_pvalues(x, y, 4000, np.random.default_rng(1)))
+    assert not np.array_equal(p, permutation_pvalues(x, y, 4000, np.random.default_rng(2)))
+
+
+def test_bca_interval_equals_scipy_bootstrap_per_column():
+    from layerscope.stats import bca_pearson_ci
+
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(25, 3))
+    y = x[:, 1] + rng.exponential(size=25)
+    lo, hi = bca_pearson_ci(x, y, 500, 0.9, np.random.default_rng(11))
+    for j in range(3):
+        ref = sp.bootstrap((x[:, j], y), lambda a, b: np.corrcoef(a, b)[0, 1], paired=True, vectorized=False,
+                           n_resamples=500, confidence_level=0.9, method="BCa", rng=np.random.default_rng(11))
+        assert (lo[j], hi[j]) == pytest.approx(tuple(ref.confidence_interval), abs=1e-10)
+
+
+def test_bca_interval_is_nan_without_a_warning_where_r_is_undefined(recwarn):
+    from layerscope.stats import bca_pearson_ci
+
+    rng = np.random.default_rng(2)
+    x, y = rng.normal(size=(20, 2)), rng.normal(size=20)
+    x[:, 1] = 3.0
+    lo, hi = bca_pearson_ci(x, y, 300, 0.95, np.random.default_rng(0))
+    assert np.isnan(lo[1]) and np.isnan(hi[1]) and not recwarn.list
+    assert (lo[0], hi[0]) == pytest.approx(
+        tuple(c[0] for c in bca_pearson_ci(x[:, :1], y, 300, 0.95, np.random.default_rng(0))), abs=1e-12)
+
+
+def test_bca_interval_differs_from_the_percentile_one_on_skewed_data():
+    """r near 1 has a strongly skewed bootstrap distribution; BCa shifts the interval away from the
+    percentile one drawn from the very same resamples."""
+    from layerscope.stats import bca_pearson_ci
+
+    rng = np.random.default_rng(0)
+    x = rng.lognormal(size=15)
+    y = x + rng.normal(scale=0.5, size=15)  # r = 0.947
+    lo, hi = bca_pearson_ci(x[:, None], y, 2000, 0.95, np.random.default_rng(0))
+    pct = sp.bootstrap((x, y), lambda a, b: np.corrcoef(a, b)[0, 1], paired=True, vectorized=False,
+                       n_resamples=2000, method="percentile", rng=np.random.default_rng(0)).confidence_interval
+    assert lo[0] - pct.low > 0.03  # 0.775 vs 0.720: BCa moves the long lower tail up
+    assert lo[0] < np.corrcoef(x, y)[0, 1] < hi[0]
 
 
 def test_bh_qvalues_by_hand_with_nan_kept():

@@ -110,3 +110,19 @@ def save(folder, arch: str = "llama", adds_bos: bool = True, n_layers: int = 3):
     model(arch, len(tokenizer(adds_bos)), n_layers).save_pretrained(folder)
     tokenizer(adds_bos).save_pretrained(folder)
     return folder
+
+
+SUBJECTS = ["the river", "the market", "our team", "the garden", "the library", "the bridge", "the school",
+            "the orchard", "the committee", "the bakery", "the harbour", "the choir"]
+
+
+def pairs(n_categories: int = 4, n_pairs: int = 40) -> dict:
+    """``json.dumps(pairs(4, 40))``: a pair dataset in the JSON format, every statement distinct.
+
+    Category ``c`` pairs a confident statement A with a hedged statement B about the same subject and year.
+    """
+    def pair(c: int, i: int) -> list[str]:
+        subject, year = SUBJECTS[i % len(SUBJECTS)], 1900 + i
+        return [f"Without doubt {subject} grew {c + 2} times in {year}.",
+                f"Maybe {subject} grew a little in {year}, {c + 2} people say."]
+    return {f"cat{c}": {"pairs": [pair(c, i) for i in range(n_pairs)]} for c in range(n_categories)}

@@ -2,6 +2,7 @@
 
     uniformity(x)                   # x: (n, L, d) -> (L,) mean pairwise cosine
     centroid_asymmetry(a, b)        # a, b: (n_pairs, L, d) -> (n_pairs, L)
+    centroid_asymmetry(a, b, leave_one_out=True)   # pair i against the centroids of the other pairs
 
 Computed in float64; the small epsilons are the notebooks' own, so their numbers
 reproduce.
@@ -38,10 +39,25 @@ def cosine_to(x: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return dots / (np.linalg.norm(x, axis=-1) * np.linalg.norm(ref, axis=-1) + EPS)
 
 
-def centroid_asymmetry(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Per pair: cos(a_i, centroid of all a) - cos(b_i, centroid of all b).
+def centroid_asymmetry(a: np.ndarray, b: np.ndarray, leave_one_out: bool = False) -> np.ndarray:
+    """Per pair: cos(a_i, centroid of the A vectors) - cos(b_i, centroid of the B vectors).
 
-    a, b: (n_pairs, ..., d) -> (n_pairs, ...). The centroids include the pair itself,
-    as in the notebooks.
+    a, b: (n_pairs, ..., d) -> (n_pairs, ...). By default the centroids include the pair itself,
+    as in the notebooks; with ``leave_one_out`` pair i is compared with the centroids of the
+    other n - 1 pairs, so it does not pull its own reference towards itself.
     """
-    return cosine_to(a, np.mean(a, axis=0, dtype=np.float64)) - cosine_to(b, np.mean(b, axis=0, dtype=np.float64))
+    return centroid_cosine(a, leave_one_out) - centroid_cosine(b, leave_one_out)
+
+
+def centroid_cosine(x: np.ndarray, leave_one_out: bool = False) -> np.ndarray:
+    """cos(x_i, centroid): (n, ..., d) -> (n, ...); the centroid of all n, or with ``leave_one_out``
+    of the n - 1 others, (sum - x_i) / (n - 1)."""
+    if not leave_one_out:
+        return cosine_to(x, np.mean(x, axis=0, dtype=np.float64))
+    x = np.asarray(x, dtype=np.float64)
+    n = x.shape[0]
+    if n < 2:
+        raise ValueError("leave-one-out centroids need at least 2 vectors")
+    others = (x.sum(axis=0) - x) / (n - 1)
+    dots = np.einsum("n...d,n...d->n...", x, others)
+    return dots / (np.linalg.norm(x, axis=-1) * np.linalg.norm(others, axis=-1) + EPS)

@@ -3,17 +3,24 @@
     r, p = pearson(x, y)
     rho, p = spearman(x, y)
     lo, hi = fisher_z_ci(r, n=len(x), level=0.95)    # interval for a Pearson r
-    p_perm = permutation_pvalue(x, y, 10_000, np.random.default_rng(42))
+    p_perm = permutation_pvalue(x, y, 10_000, np.random.default_rng(42))  # exact when n! <= 10_000
+    p_perm = permutation_pvalues(xs, y, 10_000, rng)  # xs: (n, k) -> (k,), the same orderings for every column
     q = bh_qvalues(p_per_layer)                       # Benjamini-Hochberg, NaN kept as NaN
     idx = resample_indices(n, 10_000, rng)            # (10_000, n), one draw per resample
     lo, hi = percentile_ci(bootstrap_pearson(x, y, idx), level=0.95)
+    lo, hi = bca_pearson_ci(xs, y, 10_000, 0.95, rng) # BCa intervals, (k,) each
     sign_changes([0.3, 0.1, -0.2])                    # -> [1]: between positions 1 and 2
 """
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from scipy import stats
+
+BATCH_VALUES = 2_000_000
+"""Resampled values scipy builds at once (a batch of resamples times n times k columns), to bound memory."""
 
 
 def pearson(x, y) -> tuple[float, float]:
@@ -45,17 +52,57 @@ def fisher_z_ci(r: float, n: int, level: float = 0.95) -> tuple[float, float]:
 
 
 def permutation_pvalue(x, y, n_permutations: int, rng: np.random.Generator) -> float:
-    """Two-sided permutation p-value of Pearson r: (1 + #{|r_perm| >= |r|}) / (1 + n_permutations),
-    with every permutation of y drawn at once."""
+    """Two-sided permutation p-value of Pearson r(x, y); see :func:`permutation_pvalues`."""
+    return float(permutation_pvalues(np.asarray(x)[:, None], y, n_permutations, rng)[0])
+
+
+def permutation_pvalues(x, y, n_permutations: int, rng: np.random.Generator) -> np.ndarray:
+    """Two-sided permutation p-value of Pearson r for every column of ``x`` (n, k) with ``y`` (n,) -> (k,).
+
+    The statistic is |r| under reorderings of ``y``, the same ones for every column. With n! <=
+    ``n_permutations`` every ordering is enumerated and p = #{|r_perm| >= |r|} / n!; otherwise
+    ``n_permutations`` random ones give (1 + #{...}) / (1 + n_permutations). NaN where r is undefined.
+    """
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    r, _ = pearson(x, y)
-    if not np.isfinite(r):
-        return float("nan")
-    permuted = rng.permuted(np.broadcast_to(y, (n_permutations, len(y))), axis=1)
-    xc, yc = x - x.mean(), permuted - y.mean()
-    r_perm = yc @ xc / np.sqrt((xc @ xc) * np.einsum("ij,ij->i", yc, yc))
-    hits = np.count_nonzero(np.abs(r_perm) >= abs(r) - 1e-12)  # ties count, whatever the rounding
-    return float((1 + hits) / (1 + n_permutations))
+    xt = x.T  # (k, n): scipy permutes the last axis of y, broadcast to one copy per column
+
+    def abs_r(y_perm: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.abs(pearson_along(xt, y_perm, axis=axis))
+
+    result = stats.permutation_test((np.broadcast_to(y, xt.shape),), abs_r, permutation_type="pairings",
+                                    vectorized=True, n_resamples=n_permutations, alternative="greater", axis=-1,
+                                    batch=_batch(xt.size), rng=rng)
+    return np.where(np.isfinite(pearson_along(xt, y)), result.pvalue, np.nan)
+
+
+def pearson_along(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Pearson r along ``axis`` of broadcastable arrays, e.g. (k, n) and (B, k, n) -> (B, k); NaN where a side is
+    constant."""
+    xc = x - x.mean(axis=axis, keepdims=True)
+    yc = y - y.mean(axis=axis, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (xc * yc).sum(axis=axis) / np.sqrt((xc * xc).sum(axis=axis) * (yc * yc).sum(axis=axis))
+
+
+def bca_pearson_ci(x, y, n_resamples: int, level: float, rng: np.random.Generator
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """BCa bootstrap interval of Pearson r for every column of ``x`` (n, k) with ``y`` (n,): (lo, hi), each (k,).
+
+    ``scipy.stats.bootstrap`` with pairs resampled together, the same resamples for every column.
+    NaN, without a warning, where no interval exists (r undefined, or every resample gives the same r).
+    """
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    xt = x.T
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        result = stats.bootstrap((xt, np.broadcast_to(y, xt.shape)), pearson_along, n_resamples=n_resamples,
+                                 batch=_batch(xt.size), vectorized=True, paired=True, axis=-1,
+                                 confidence_level=level, method="BCa", rng=rng)
+    return result.confidence_interval.low, result.confidence_interval.high
+
+
+def _batch(values_per_resample: int) -> int:
+    return max(1, BATCH_VALUES // values_per_resample)
 
 
 def bh_qvalues(p) -> np.ndarray:

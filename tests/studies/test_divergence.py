@@ -1,8 +1,14 @@
+import itertools
+import json
+
 import numpy as np
 import pytest
+from scipy import stats
 
 from layerscope.studies.divergence.analysis import analyse_model, interpret, pooling_effect, sign_summary
+from layerscope.studies.result import make_table
 import notebook_reference as notebook
+import synthetic
 from synthetic import pair_run
 
 
@@ -53,3 +59,144 @@ def test_analysis_matches_the_notebook_loop_at_every_layer_and_pooling():
     prefs = [r for r in rows if r["metric"] == "pref"]
     cats = run.pairs.pair_categories()
     assert [p["value"] for p in prefs] == pytest.approx([run.pref[cats == c].mean() for c in range(6)])
+
+
+def category_arrays(run, pooling, layer):
+    """Category UA (the notebook's kernel loop) and category mean preferences, mean and summed."""
+    cats, n_cat = run.pairs.pair_categories(), len(run.pairs.categories)
+    a, b = run.a(pooling)[:, layer], run.b(pooling)[:, layer]
+    ua = np.array([notebook.uniformity(a[cats == c]) - notebook.uniformity(b[cats == c]) for c in range(n_cat)])
+    nll = run.acts.nll_sum / run.acts.n_scored
+    pref = np.array([(nll[1::2] - nll[0::2])[cats == c].mean() for c in range(n_cat)])
+    pref_sum = np.array([(run.acts.nll_sum[1::2] - run.acts.nll_sum[0::2])[cats == c].mean() for c in range(n_cat)])
+    return ua, pref, pref_sum
+
+
+def exact_permutation_p(x, y):
+    r = np.corrcoef(x, y)[0, 1]
+    return np.mean([abs(np.corrcoef(x, y[list(perm)])[0, 1]) >= abs(r) - 1e-12
+                    for perm in itertools.permutations(range(len(y)))])
+
+
+def by_metric(rows, metric, pooling="mean", subset="all"):
+    return {r["layer"]: r for r in rows if r["metric"] == metric and r.get("pooling") == pooling
+            and r["subset"] == subset}
+
+
+def test_default_rows_match_scipy_and_an_exact_permutation_loop():
+    run = pair_run(seed=2)
+    layers = [0, 4, 8]
+    summary, rows = analyse_model(run, layers, n_permutations=1000, level=0.9)  # 6! = 720 <= 1000: exact
+    r_rows, rho_rows, sum_rows = (by_metric(rows, m) for m in ("r_ua_pref", "rho_ua_pref", "r_ua_pref_sum"))
+    z = stats.norm.ppf(0.95)
+    for layer in layers:
+        ua, pref, pref_sum = category_arrays(run, "mean", layer)
+        row = r_rows[layer]
+        assert row["p_perm"] == pytest.approx(exact_permutation_p(ua, pref), abs=1e-9)
+        r = stats.pearsonr(ua, pref)[0]
+        assert (row["ci_lo"], row["ci_hi"]) == pytest.approx((np.tanh(np.arctanh(r) - z / np.sqrt(3)),
+                                                               np.tanh(np.arctanh(r) + z / np.sqrt(3))), abs=1e-6)
+        rho, p_rho = stats.spearmanr(ua, pref)
+        assert (rho_rows[layer]["value"], rho_rows[layer]["p"]) == pytest.approx((rho, p_rho), abs=1e-6)
+        assert sum_rows[layer]["value"] == pytest.approx(stats.pearsonr(ua, pref_sum)[0], abs=1e-6)
+        assert sum_rows[layer]["p_perm"] == pytest.approx(exact_permutation_p(ua, pref_sum), abs=1e-9)
+    assert summary["pooling_comparison"][0]["p_perm"] == r_rows[8]["p_perm"]
+
+
+def test_q_is_benjamini_hochberg_over_the_layers_and_decides_significance():
+    run = pair_run(seed=5)
+    summary, rows = analyse_model(run, run.layers, n_permutations=1000)
+    for pooling in ("mean", "last", "first"):
+        for metric, p_key in (("r_ua_pref", "p_perm"), ("rho_ua_pref", "p"), ("r_ua_pref_sum", "p_perm")):
+            family = by_metric(rows, metric, pooling)
+            assert sorted(family) == run.layers
+            q = stats.false_discovery_control([family[layer][p_key] for layer in run.layers], method="bh")
+            np.testing.assert_allclose([family[layer]["q"] for layer in run.layers], q, rtol=1e-12)
+            assert [family[layer]["significant"] for layer in run.layers] == list(q < 0.05)
+        r_rows = by_metric(rows, "r_ua_pref", pooling)
+        assert summary["significant_layers"][pooling] == [layer for layer in run.layers if r_rows[layer]["q"] < 0.05]
+
+
+def test_seed_mode_writes_only_the_notebook_numbers():
+    run = pair_run()
+    summary, rows = analyse_model(run, [0, 4, 8], compat="seed")
+    assert {r["metric"] for r in rows} == {"pref", "r_ua_pref", "ua"}
+    r_rows = [r for r in rows if r["metric"] == "r_ua_pref"]
+    assert all({"p_perm", "q", "ci_lo", "significant"}.isdisjoint(r) and r["subset"] == "all" for r in r_rows)
+    assert {"length_control", "significant_layers", "without_category"}.isdisjoint(summary)
+    assert set(summary["pooling_comparison"][0]) == {"pooling", "layer", "r", "p", "label"}
+
+
+@pytest.mark.parametrize("compat", [None, "seed"])
+def test_dropped_category_rows_equal_an_analysis_of_the_dataset_without_it(compat):
+    run = pair_run(seed=1)
+    layers = [0, 4, 8]
+    summary, rows = analyse_model(run, layers, compat=compat, n_permutations=1000, drop_category="c2")
+    expected_summary, expected = analyse_model(synthetic.without(run, "c2"), layers, compat=compat,
+                                               n_permutations=1000)
+    rebuilt, selected = synthetic.without(run, "c2"), run.without("c2")
+    assert selected.pairs == rebuilt.pairs and selected.acts.texts == rebuilt.acts.texts
+    np.testing.assert_array_equal(selected.a("last"), rebuilt.a("last"))
+    np.testing.assert_array_equal(selected.pref_sum, rebuilt.pref_sum)
+    dropped = [r for r in rows if r["subset"] == "without c2"]
+    assert len(dropped) == len(expected) and len(rows) == 2 * len(expected) + 1 + len(layers) * 3  # c2's pref, ua
+    for got, want in zip(dropped, expected):
+        assert {**got, "subset": "all"} == pytest.approx(want, nan_ok=True)
+    w = summary["without_category"]
+    assert w["category"] == "c2" and w["n_categories"] == 5
+    assert w["final_r"] == {c["pooling"]: c["r"] for c in expected_summary["pooling_comparison"]}
+    assert w["divergence_points"] == expected_summary["divergence_points"]["mean"]
+
+
+def test_an_unknown_or_too_large_drop_is_a_config_error_before_any_model_loads(monkeypatch, tmp_path):
+    from layerscope.studies import inputs
+    from layerscope.studies.config import ConfigError, StudyConfig
+    from layerscope.studies.divergence import Divergence
+
+    monkeypatch.setattr(inputs, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    with pytest.raises(ConfigError, match="'nope' is not a category.*choose one of .*numeric_vs_named"):
+        Divergence().run(StudyConfig(study="divergence", models=("smollm2-135m",), drop_category="nope"))
+    three = {name: {"pairs": [[f"{name} a{i}", f"{name} b{i}"] for i in range(3)]} for name in ("x", "y", "z")}
+    (tmp_path / "three.json").write_text(json.dumps(three))
+    with pytest.raises(ConfigError, match="leaves 2 categories.*at least 3"):
+        Divergence().run(StudyConfig(study="divergence", models=("smollm2-135m",), dataset=str(tmp_path / "three.json"),
+                                     drop_category="x"))
+
+
+def test_length_control_matches_pearsonr_on_hand_built_arrays():
+    run = pair_run(sizes=(2, 2, 2))
+    n_tokens = np.array([5, 7, 6, 6, 4, 9, 8, 8, 3, 5, 10, 9])  # B - A: 2, 0, 5, 0, 2, -1
+    n_scored = n_tokens - 1
+    nll_sum = np.array([8.0, 13.0, 10.0, 9.5, 6.0, 17.0, 12.0, 12.5, 5.0, 8.0, 20.0, 16.0])
+    summary, _ = analyse_model(synthetic.with_scores(run, nll_sum, n_scored, n_tokens), [0, 8], n_permutations=720)
+    len_diff = np.array([2, 0, 5, 0, 2, -1])
+    pref = nll_sum[1::2] / n_scored[1::2] - nll_sum[0::2] / n_scored[0::2]
+    pref_sum = np.array([5.0, -0.5, 11.0, 0.5, 3.0, -4.0])
+    r_mean, p_mean = stats.pearsonr(len_diff, pref)
+    r_sum, p_sum = stats.pearsonr(len_diff, pref_sum)
+    assert summary["length_control"] == pytest.approx({"mean_len_diff": 8 / 6, "r_len_pref": r_mean,
+                                                       "p_len_pref": p_mean, "r_len_pref_sum": r_sum,
+                                                       "p_len_pref_sum": p_sum, "n": 6})
+
+
+def test_small_n_warning_in_the_summary_and_at_the_top_of_the_report(monkeypatch):
+    from layerscope.studies import inputs
+    from layerscope.studies.config import StudyConfig
+    from layerscope.studies.divergence import Divergence
+
+    monkeypatch.setattr(inputs, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    result = Divergence().run(StudyConfig(study="divergence", models=(), drop_category="numeric_vs_named"))
+    assert result.summary["warnings"] == [
+        "divergence: category-level correlations use n = 7 categories (< 10): r, p and intervals are very unstable; "
+        "treat them as descriptive.",
+        "divergence without numeric_vs_named: category-level correlations use n = 6 categories (< 10): r, p and "
+        "intervals are very unstable; treat them as descriptive."]
+    run = pair_run()
+    summary, rows = analyse_model(run, [0, 4, 8], n_permutations=1000, drop_category="c0")
+    result.summary["models"] = {"synthetic": summary}
+    result.table = make_table(rows)
+    text = Divergence().report(result)
+    head = text.split("## synthetic")[0]
+    assert head.count("> **Warning:** divergence") == 2 and "- q: Benjamini-Hochberg" in head
+    assert "### Without c0 (5 categories)" in text and "### Length control" in text
+    assert set(Divergence().figures(result)) == {"divergence"}

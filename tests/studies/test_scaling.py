@@ -1,8 +1,13 @@
+import itertools
 import math
 
+import numpy as np
 import pytest
+from scipy import stats
 
-from layerscope.studies.scaling.analysis import peak_stability, profile_summary
+from layerscope.studies.scaling.analysis import analyse_model, peak_stability, profile_summary
+import notebook_reference as notebook
+from synthetic import pair_run
 
 
 def test_profile_summary_by_hand():
@@ -25,3 +30,53 @@ def test_peak_stability_by_hand():
     assert edge["peaks_stable"] is False
     single = peak_stability([40.0])
     assert single["peaks_stable"] is None and "at least two models" in single["answer"]
+
+
+def test_default_profile_rows_match_scipy_and_q_decides_significance():
+    run = pair_run(seed=9)
+    layers = [0, 2, 4, 6, 8]
+    summary, rows = analyse_model(run, layers, "last", n_permutations=1000, level=0.95)  # 6! = 720: exact
+    cats, n_cat = run.pairs.pair_categories(), len(run.pairs.categories)
+    pref = np.array([run.pref[cats == c].mean() for c in range(n_cat)])
+    r_rows = {r["layer"]: r for r in rows if r["metric"] == "r_ua_pref"}
+    rho_rows = {r["layer"]: r for r in rows if r["metric"] == "rho_ua_pref"}
+    for layer in layers:
+        a, b = run.a("last")[:, layer], run.b("last")[:, layer]
+        ua = np.array([notebook.uniformity(a[cats == c]) - notebook.uniformity(b[cats == c]) for c in range(n_cat)])
+        r = stats.pearsonr(ua, pref)[0]
+        assert r_rows[layer]["value"] == pytest.approx(r, abs=1e-6)
+        exact = np.mean([abs(np.corrcoef(ua, pref[list(perm)])[0, 1]) >= abs(r) - 1e-12
+                         for perm in itertools.permutations(range(n_cat))])
+        assert r_rows[layer]["p_perm"] == pytest.approx(exact, abs=1e-9)
+        half = stats.norm.ppf(0.975) / np.sqrt(n_cat - 3)
+        assert (r_rows[layer]["ci_lo"], r_rows[layer]["ci_hi"]) == pytest.approx(
+            (np.tanh(np.arctanh(r) - half), np.tanh(np.arctanh(r) + half)), abs=1e-6)
+        assert rho_rows[layer]["value"] == pytest.approx(stats.spearmanr(ua, pref)[0], abs=1e-9)
+    for family, key in ((r_rows, "p_perm"), (rho_rows, "p")):
+        q = stats.false_discovery_control([family[layer][key] for layer in layers], method="bh")
+        np.testing.assert_allclose([family[layer]["q"] for layer in layers], q, rtol=1e-12)
+        assert [family[layer]["significant"] for layer in layers] == list(q < 0.05)
+    peak = r_rows[summary["max_pos_layer"]]
+    assert summary["max_pos_ci"] == [peak["ci_lo"], peak["ci_hi"]] and summary["max_pos_q"] == peak["q"]
+    assert summary["significant_layers"] == [layer for layer in layers if r_rows[layer]["significant"]]
+
+
+def test_seed_mode_profile_is_r_and_p_only():
+    run = pair_run(seed=9)
+    summary, rows = analyse_model(run, [0, 4, 8], "mean", compat="seed")
+    assert {r["metric"] for r in rows} == {"r_ua_pref"}
+    assert all(set(r) == {"model", "layer", "n_layers", "depth", "metric", "value", "pooling", "p", "n"} for r in rows)
+    assert {"max_pos_ci", "max_pos_q", "significant_layers"}.isdisjoint(summary)
+
+
+def test_scaling_warns_about_few_categories(monkeypatch):
+    from layerscope.studies import inputs
+    from layerscope.studies.config import StudyConfig
+    from layerscope.studies.scaling import Scaling
+
+    monkeypatch.setattr(inputs, "pair_runs", lambda config, pairs, timings: iter([pair_run(seed=9)]))
+    summary = Scaling().run(StudyConfig(study="scaling", models=("synthetic",))).summary
+    assert list(summary["models"]) == ["synthetic"] and "max_pos_q" in summary["models"]["synthetic"]
+    assert summary["warnings"] == [  # from the bundled dataset's 7 categories
+        "scaling: category-level correlations use n = 7 categories (< 10): r, p and intervals are very unstable; "
+        "treat them as descriptive."]

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from importlib import resources
@@ -15,6 +14,7 @@ from pathlib import Path
 
 from ..errors import DatasetError
 from ..provenance import sha256_json
+from .pairs import _short, check_text, parse_json, read_text
 
 RESOURCES = ("high", "low")
 
@@ -55,34 +55,46 @@ def bundled_languages_path() -> Path:
 
 
 def load_languages(path: str | os.PathLike | None = None) -> LanguageTexts:
+    """``langs = load_languages("texts.json")``: read and validate a texts file; ``None`` reads the bundled one.
+
+    Any problem with the file raises :class:`DatasetError` naming the file, the language and the fix.
+    """
     path = Path(path) if path is not None else bundled_languages_path()
     if not path.is_file():
         raise DatasetError(f"texts file {path} does not exist; check --texts")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise DatasetError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    data = parse_json(path, read_text(path))
     if not isinstance(data, dict) or not data:
         raise DatasetError(f'{path}: expected a JSON object {{lang: {{"resource": "high"|"low", "texts": [...]}}}}')
     languages = []
     for code, body in data.items():
-        where = f"{path}: language '{code}'"
         if not code.strip():
             raise DatasetError(f"{path}: a language has an empty code; give every language a code like 'en'")
+        if problem := check_text(code):
+            raise DatasetError(f"{path}: the language code {_short(code)} {problem}")
+        where = f"{path}: language {code!r}"
         if not isinstance(body, dict):
-            raise DatasetError(f'{where}: expected an object with "resource" and "texts"')
-        if body.get("resource") not in RESOURCES:
-            raise DatasetError(f"{where}: resource is {body.get('resource')!r}; use \"high\" or \"low\"")
+            raise DatasetError(f'{where}: expected an object with "resource" and "texts", got {_short(body)}')
+        resource = body.get("resource")
+        if not isinstance(resource, str) or resource not in RESOURCES:
+            raise DatasetError(f"{where}: resource is {_short(resource)}; use \"high\" or \"low\"")
         texts = body.get("texts")
         if not isinstance(texts, list) or not texts:
-            raise DatasetError(f"{where}: 'texts' must be a non-empty list of strings")
+            raise DatasetError(f"{where}: 'texts' must be a non-empty list of strings, got {_short(texts)}")
         for i, text in enumerate(texts):
             if not isinstance(text, str) or not text.strip():
-                raise DatasetError(f"{where}, text {i}: expected a non-empty string, got {text!r:.60}")
-        languages.append(Language(code=code, resource=body["resource"], texts=tuple(texts),
-                                  name=str(body.get("name", code)), script=str(body.get("script", ""))))
+                raise DatasetError(f"{where}, text {i}: expected a non-empty string, got {_short(text, 60)}")
+            if problem := check_text(text):
+                raise DatasetError(f"{where}, text {i} {problem}")
+        extra = {}
+        for field in ("name", "script"):
+            if field in body:
+                if not isinstance(body[field], str):
+                    raise DatasetError(f"{where}: '{field}' must be a string, got {_short(body[field])}")
+                if problem := check_text(body[field]):
+                    raise DatasetError(f"{where}: '{field}' {problem}")
+                extra[field] = body[field]
+        languages.append(Language(code=code, resource=resource, texts=tuple(texts),
+                                  name=extra.get("name", code), script=extra.get("script", "")))
     result = LanguageTexts(languages=tuple(languages), source=str(path))
     for resource, found in (("high", result.high), ("low", result.low)):
         if not found:

@@ -10,6 +10,10 @@ Formats (one dataset, three spellings; all give the same ``hash``):
 - ``.json``: ``{category: {"description"?: str, "expected_effect"?: str, "pairs": [[a, b], ...]}}``
 - ``.jsonl``: one ``{"category": str, "a": str, "b": str}`` object per line
 - ``.csv``: a header ``category,a,b`` and one pair per row
+
+Files are UTF-8 (a byte-order mark is fine). Every category needs a name and at least
+``MIN_PAIRS_PER_CATEGORY`` pairs of two different non-empty statements, and no pair may appear
+twice. Anything else raises :class:`DatasetError` naming the file, the place and the fix.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import csv
 import io
 import json
 import os
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -68,7 +73,10 @@ def bundled_pairs_path() -> Path:
 
 
 def load_pairs(path: str | os.PathLike | None = None) -> PairDataset:
-    """Read and validate a pair dataset; ``None`` reads the bundled one."""
+    """Read and validate a pair dataset; ``None`` reads the bundled one.
+
+    Any problem with the file raises :class:`DatasetError` naming the file, the place in it and the fix.
+    """
     path = Path(path) if path is not None else bundled_pairs_path()
     if not path.is_file():
         raise DatasetError(f"dataset file {path} does not exist; check the path")
@@ -76,54 +84,144 @@ def load_pairs(path: str | os.PathLike | None = None) -> PairDataset:
     reader = readers.get(path.suffix.lower())
     if reader is None:
         raise DatasetError(f"{path}: unknown dataset format '{path.suffix}'; use .json, .jsonl or .csv")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise DatasetError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    categories = reader(path, text)
+    categories = reader(path, read_text(path))
     if not categories:
         raise DatasetError(f"{path}: no categories; a dataset needs at least one category of pairs")
+    _check_distinct(path, categories)
     return PairDataset(categories=tuple(categories), source=str(path))
+
+
+def _check_distinct(path: Path, categories: list[Category]) -> None:
+    """No pair twice, and no pair of two equal statements: either would only add a copy to every statistic."""
+    seen: dict[tuple[str, str], str] = {}
+    for c in categories:
+        for i, pair in enumerate(c.pairs):
+            where = f"category {c.name!r}, pair {i}"
+            if pair[0] == pair[1]:
+                raise DatasetError(f"{path}: {where} has statement A the same as statement B ({_short(pair[0])}); "
+                                   "a pair compares two different statements, so reword one")
+            if pair in seen:
+                raise DatasetError(f"{path}: {where} is a duplicate of {seen[pair]} ({_short(list(pair))}); "
+                                   "every pair must be distinct, so remove or reword one")
+            seen[pair] = where
+
+
+def read_text(path: Path) -> str:
+    """``text = read_text(path)``: the file as UTF-8 text, a leading byte-order mark dropped, newlines as written.
+
+    Raises :class:`DatasetError` when the file cannot be read or is not UTF-8.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot read the file ({exc.strerror or exc}); check its permissions") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                           "save the file with UTF-8 encoding") from None
+    return text.removeprefix("\ufeff")
+
+
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+def split_lines(text: str) -> list[str]:
+    """``split_lines("a\\r\\nb")  # ['a', 'b']``: lines as an editor numbers them (``\\n``, ``\\r\\n`` or ``\\r``).
+
+    Unlike :meth:`str.splitlines`, characters such as U+2028 or U+0085 inside a line do not end it.
+    """
+    return _NEWLINE.split(text)
+
+
+def parse_json(path: Path, text: str, where: str = "") -> Any:
+    """``data = parse_json(path, text)``: the JSON value in ``text``; ``where`` (e.g. ``", line 3"``) goes in errors.
+
+    Raises :class:`DatasetError` for invalid JSON, a key repeated within one object (JSON would silently keep
+    only the last), nesting too deep to read, or a number too long to convert.
+    """
+    def unique(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
+        for key, value in items:
+            if key in obj:
+                raise DatasetError(f"{path}{where}: the key {_short(key)} appears twice in one object; JSON keeps "
+                                   "only the last one, so merge the two entries or rename one")
+            obj[key] = value
+        return obj
+
+    try:
+        return json.loads(text, object_pairs_hook=unique)
+    except json.JSONDecodeError as exc:
+        at = f"line {exc.lineno}, column {exc.colno}: " if not where else ""
+        raise DatasetError(f"{path}{where}: not valid JSON ({at}{exc.msg})") from None
+    except RecursionError:
+        raise DatasetError(f"{path}{where}: JSON nested too deeply to read; the format needs only a few "
+                           "levels") from None
+    except ValueError as exc:  # an integer literal of more than 4300 digits (sys.get_int_max_str_digits)
+        reason = str(exc).split(":")[0]
+        raise DatasetError(f"{path}{where}: a number in it is too long to read ({reason}); no number in this "
+                           "format needs that many digits, so check that this is the right file") from None
+
+
+def check_text(value: str) -> str | None:
+    """``problem = check_text(s)``: why ``s`` cannot be used as text (None when it can).
+
+    Catches what JSON allows but nothing downstream can hash, tokenize or write: unpaired surrogates
+    (``"\\ud800"`` escapes), which have no UTF-8 form.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (f"contains the unpaired surrogate {value[exc.start]!r} at character {exc.start}, which is not a "
+                "character; fix the \\u escape (surrogates come in pairs) or remove it")
+    return None
 
 
 def _category(path: Path, name: Any, pairs: Any, description: Any = "", expected: Any = "",
               where: list[str] | None = None) -> Category:
     if not isinstance(name, str) or not name.strip():
-        raise DatasetError(f"{path}: a category has an empty name {name!r}; give every category a name")
+        raise DatasetError(f"{path}: a category has an empty name {_short(name)}; give every category a name")
+    if problem := check_text(name):
+        raise DatasetError(f"{path}: the category name {_short(name)} {problem}")
     if not isinstance(pairs, list):
-        raise DatasetError(f"{path}: category '{name}': 'pairs' must be a list of [a, b] pairs")
+        raise DatasetError(f"{path}: category {name!r}: 'pairs' must be a list of [statement A, statement B] pairs, "
+                           f"got {_short(pairs)}")
     checked = []
     for i, pair in enumerate(pairs):
+        at = f" ({where[i]})" if where else ""
         if not (isinstance(pair, (list, tuple)) and len(pair) == 2
                 and all(isinstance(s, str) and s.strip() for s in pair)):
-            at = f" ({where[i]})" if where else ""
             raise DatasetError(
-                f"{path}: category '{name}', pair {i}{at}: expected two non-empty strings [a, b], "
-                f"got {_short(pair)}"
+                f"{path}: category {name!r}, pair {i}{at}: expected two non-empty strings "
+                f"[statement A, statement B], got {_short(pair)}"
             )
+        for label, text in zip("AB", pair):
+            if problem := check_text(text):
+                raise DatasetError(f"{path}: category {name!r}, pair {i}{at}: statement {label} {problem}")
         checked.append((pair[0], pair[1]))
     if len(checked) < MIN_PAIRS_PER_CATEGORY:
         raise DatasetError(
-            f"{path}: category '{name}' has {len(checked)} pair(s); each category needs at least "
+            f"{path}: category {name!r} has {len(checked)} pair(s); each category needs at least "
             f"{MIN_PAIRS_PER_CATEGORY} so statements can be compared within it"
         )
     for field, value in (("description", description), ("expected_effect", expected)):
         if not isinstance(value, str):
-            raise DatasetError(f"{path}: category '{name}': '{field}' must be a string")
+            raise DatasetError(f"{path}: category {name!r}: '{field}' must be a string, got {_short(value)}")
+        if problem := check_text(value):
+            raise DatasetError(f"{path}: category {name!r}: '{field}' {problem}")
     return Category(name=name, pairs=tuple(checked), description=description, expected_effect=expected)
 
 
 def _read_json(path: Path, text: str) -> list[Category]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    data = parse_json(path, text)
     if not isinstance(data, dict):
-        raise DatasetError(f"{path}: expected a JSON object {{category: {{\"pairs\": [[a, b], ...]}}}}")
+        raise DatasetError(f"{path}: expected a JSON object {{category: {{\"pairs\": [[a, b], ...]}}}}, "
+                           f"got {type(data).__name__}")
     categories = []
     for name, body in data.items():
         if not isinstance(body, dict) or "pairs" not in body:
-            raise DatasetError(f"{path}: category '{name}': expected an object with a 'pairs' list")
+            raise DatasetError(f"{path}: category {_short(name)}: expected an object with a 'pairs' list, "
+                               f"like {{\"pairs\": [[a, b], ...]}}")
         categories.append(_category(path, name, body["pairs"], body.get("description", ""),
                                     body.get("expected_effect", "")))
     return categories
@@ -134,7 +232,7 @@ def _group(path: Path, rows: list[tuple[str, Any, Any, Any]]) -> list[Category]:
     groups: dict[Any, tuple[list, list[str]]] = {}
     for where, name, a, b in rows:
         if not isinstance(name, str) or not name.strip():
-            raise DatasetError(f"{path}, {where}: empty category name; give every pair a category")
+            raise DatasetError(f"{path}, {where}: the category is {_short(name)}; give every pair a category name")
         pairs, wheres = groups.setdefault(name, ([], []))
         pairs.append([a, b])
         wheres.append(where)
@@ -143,30 +241,43 @@ def _group(path: Path, rows: list[tuple[str, Any, Any, Any]]) -> list[Category]:
 
 def _read_jsonl(path: Path, text: str) -> list[Category]:
     rows = []
-    for n, line in enumerate(text.splitlines(), start=1):
+    for n, line in enumerate(split_lines(text), start=1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}, line {n}: not valid JSON ({exc.msg})") from None
+        obj = parse_json(path, line, where=f", line {n}")
         if not isinstance(obj, dict) or not {"category", "a", "b"} <= obj.keys():
-            raise DatasetError(f"{path}, line {n}: expected an object with keys category, a, b")
+            raise DatasetError(f'{path}, line {n}: expected an object with keys category, a, b, like '
+                               f'{{"category": "c", "a": "statement A", "b": "statement B"}}')
         rows.append((f"line {n}", obj["category"], obj["a"], obj["b"]))
     return _group(path, rows)
 
 
 def _read_csv(path: Path, text: str) -> list[Category]:
     reader = csv.DictReader(io.StringIO(text, newline=""))
-    if reader.fieldnames is None or not {"category", "a", "b"} <= set(reader.fieldnames):
-        raise DatasetError(f"{path}: expected a CSV header with the columns category,a,b")
     try:
-        rows = [(f"line {reader.line_num}", r["category"], r["a"], r["b"]) for r in reader]
+        header = reader.fieldnames
+        if header is None or not {"category", "a", "b"} <= set(header):
+            raise DatasetError(f"{path}: expected a CSV header with the columns category,a,b")
+        if len(set(header)) < len(header):
+            twice = next(h for i, h in enumerate(header) if h in header[:i])
+            raise DatasetError(f"{path}: the column {twice!r} appears twice in the CSV header; rename or drop one")
+        rows = []
+        for r in reader:
+            if None in r:  # more fields than the header has columns
+                raise DatasetError(
+                    f"{path}, line {reader.line_num}: {len(header) + len(r[None])} fields but the header has "
+                    f"{len(header)} columns; put statements that contain commas in double quotes"
+                )
+            rows.append((f"line {reader.line_num}", r["category"], r["a"], r["b"]))
     except csv.Error as exc:
-        raise DatasetError(f"{path}, line {reader.line_num}: malformed CSV ({exc})") from None
+        line = reader.reader.line_num  # DictReader.line_num is only updated after a row is read whole
+        raise DatasetError(f"{path}, line {line}: malformed CSV ({exc}); check the quotes on that line") from None
     return _group(path, rows)
 
 
 def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:
+        text = f"<deeply nested {type(value).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import DatasetError
 from ..provenance import sha256_json
+from .pairs import read_text, split_lines
 
 MIN_PROMPTS = 2
 
@@ -36,15 +37,16 @@ def bundled_prompts_path() -> Path:
 
 
 def load_prompts(path: str | os.PathLike | None = None) -> PromptSet:
+    """``prompts = load_prompts("mine.txt")``: read a prompts file; ``None`` reads the bundled one.
+
+    Lines end at ``\\n``, ``\\r\\n`` or ``\\r``; a leading byte-order mark is dropped. A file that cannot be read,
+    is not UTF-8 or has fewer than ``MIN_PROMPTS`` prompts raises :class:`DatasetError`.
+    """
     path = Path(path) if path is not None else bundled_prompts_path()
     if not path.is_file():
         raise DatasetError(f"prompts file {path} does not exist; check --prompts")
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise DatasetError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     texts, kinds, kind = [], [], None
-    for line in (raw.strip() for raw in lines):
+    for line in (raw.strip() for raw in split_lines(read_text(path))):
         if line.startswith("#"):
             kind = line.lstrip("#").strip() or None
         elif line:

@@ -8,6 +8,12 @@
 Each batch is one ``batch-NNNNN-<sha256[:16]>.npz`` file written by rename, so a file
 that exists is complete; on read its bytes are hashed again, and a file that no longer
 matches its name (disk corruption, a truncated copy) is deleted and recomputed.
+
+``get`` and ``put`` are safe without the lock too: a ``get`` racing a ``put`` or ``discard``
+of the same batch in another process returns the old arrays, the new ones or None, never
+a torn array or an error. The lock is what keeps two extractions from computing the same
+batches twice. A writer killed mid-``put`` leaves a hidden temp file; ``locked`` removes
+those once they are older than ``STALE_TEMP_S``.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import hashlib
 import io
 import json
 import logging
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +37,9 @@ from .activations import npz_bytes
 
 log = logging.getLogger(__name__)
 
+STALE_TEMP_S = 600.0
+"""A temp file this old is a killed writer's: a batch is written in well under a second."""
+
 
 class BatchStore:
     def __init__(self, folder: Path, meta: dict[str, Any]):
@@ -41,12 +51,27 @@ class BatchStore:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
+        """``with store.locked(): ...``: hold the entry's lock (other processes wait), and clear stale temp files."""
         with FileLock(str(self.folder) + ".lock"):
+            self.remove_stale_temp_files()
             yield
 
+    def remove_stale_temp_files(self, older_than_s: float = STALE_TEMP_S) -> None:
+        """``store.remove_stale_temp_files()``: delete temp files (``.name.XXXX.tmp``) left by killed writers."""
+        cutoff = time.time() - older_than_s
+        for path in self.folder.glob(".*.tmp"):
+            with contextlib.suppress(OSError):  # gone already, or not ours to remove
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
+                    log.info("removed %s, left by a killed writer", path)
+
     def get(self, batch_no: int) -> dict[str, np.ndarray] | None:
+        """``arrays = store.get(3)``: the stored arrays of batch 3, or None when it is missing or corrupt."""
         for path in sorted(self.folder.glob(f"batch-{batch_no:05d}-*.npz")):
-            data = path.read_bytes()
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:  # replaced or discarded by another process since the glob
+                continue
             if hashlib.sha256(data).hexdigest()[:16] == path.stem.rsplit("-", 1)[-1]:
                 try:
                     with np.load(io.BytesIO(data)) as z:
@@ -58,10 +83,12 @@ class BatchStore:
         return None
 
     def discard(self, batch_no: int) -> None:
+        """``store.discard(3)``: remove every stored file of batch 3."""
         for path in self.folder.glob(f"batch-{batch_no:05d}-*.npz"):
             path.unlink(missing_ok=True)
 
     def put(self, batch_no: int, arrays: dict[str, np.ndarray]) -> None:
+        """``store.put(3, {"nll_sum": x})``: replace batch 3's file by these arrays, atomically (write, then rename)."""
         data = npz_bytes(arrays)
         digest = hashlib.sha256(data).hexdigest()[:16]
         self.discard(batch_no)

@@ -1,13 +1,17 @@
 """Model runs shared by the pair studies: load each model in turn, extract once, free it.
 
-    summaries, rows, manifest = analyse_pairs(config, lambda run: analyse_model(run, run.layers))
+    pairs = load_pairs(config.dataset)
+    without_category(pairs, config.drop_category)      # a bad name fails here, before any model loads
+    summaries, rows, manifest = analyse_pairs(config, pairs, lambda run: analyse_model(run, run.layers))
 
 where ``run`` is a :class:`PairRun`: ``run.a("mean")`` is (n_pairs, n_layers + 1, d) for the A
-statements, ``run.pref`` is (n_pairs,) NLL(B) - NLL(A) (> 0: the model prefers A).
+statements, ``run.pref`` is (n_pairs,) NLL(B) - NLL(A) (> 0: the model prefers A), and
+``run.without("numeric_vs_named")`` is the same run on the other categories' pairs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 from collections.abc import Callable, Iterator
@@ -16,10 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..data import PairDataset, load_pairs
+from ..data import PairDataset
 from ..engine import Activations, extract
 from ..models import ModelInfo, load_model
-from .config import StudyConfig, select_layers
+from .config import ConfigError, StudyConfig, select_layers
 from .manifest import add_timings, dataset_entry, manifest, model_entry
 
 
@@ -48,6 +52,68 @@ class PairRun:
         nll = self.acts.nll_mean
         return nll[1::2] - nll[0::2]
 
+    @property
+    def pref_sum(self) -> np.ndarray:
+        """(n_pairs,) summed NLL(B) - NLL(A): the preference between the whole statements, which grows with length."""
+        return self.acts.nll_sum[1::2] - self.acts.nll_sum[0::2]
+
+    @property
+    def len_diff(self) -> np.ndarray:
+        """(n_pairs,) tokens of B minus tokens of A."""
+        return self.acts.n_tokens[1::2] - self.acts.n_tokens[0::2]
+
+    def select(self, index) -> PairRun:
+        """This run on the pairs at positions ``index`` only: ``run.select([0, 3, 4])``.
+
+        Rows 2i (A) and 2i + 1 (B) of every array are kept for each chosen pair i, in pair order;
+        categories left without pairs are left out of ``pairs``.
+        """
+        index = np.unique(np.asarray(index, dtype=np.int64))
+        rows = np.stack([2 * index, 2 * index + 1], axis=1).ravel()
+        acts = dataclasses.replace(
+            self.acts, texts=[self.acts.texts[i] for i in rows],
+            pooled={pooling: x[rows] for pooling, x in self.acts.pooled.items()},
+            nll_sum=self.acts.nll_sum[rows], n_scored=self.acts.n_scored[rows], n_tokens=self.acts.n_tokens[rows])
+        return PairRun(acts=acts, pairs=select_pairs(self.pairs, index), layers=self.layers)
+
+    def without(self, name: str) -> PairRun:
+        """This run without the pairs of category ``name`` (``ConfigError`` if there is none)."""
+        return self.select(np.flatnonzero(self.pairs.pair_categories() != category_index(self.pairs, name)))
+
+
+def category_index(pairs: PairDataset, name: str) -> int:
+    """Position of category ``name`` in ``pairs.categories``; ``ConfigError`` naming the categories if absent."""
+    names = [c.name for c in pairs.categories]
+    if name not in names:
+        raise ConfigError(f"--drop-category {name!r} is not a category of {pairs.source}; "
+                          f"choose one of {', '.join(names)}")
+    return names.index(name)
+
+
+def without_category(pairs: PairDataset, name: str, min_categories: int = 1) -> PairDataset:
+    """The dataset without category ``name``: ``without_category(pairs, "numeric_vs_named", 3)``.
+
+    ``ConfigError`` for an unknown name, or when fewer than ``min_categories`` categories would remain.
+    """
+    drop = category_index(pairs, name)
+    kept = tuple(c for i, c in enumerate(pairs.categories) if i != drop)
+    if len(kept) < min_categories:
+        raise ConfigError(f"--drop-category {name!r} leaves {len(kept)} categories of {pairs.source}; this analysis "
+                          f"needs at least {min_categories}")
+    return PairDataset(categories=kept, source=pairs.source)
+
+
+def select_pairs(pairs: PairDataset, index: np.ndarray) -> PairDataset:
+    """The dataset of the pairs at the ascending positions ``index`` (in :meth:`PairDataset.texts` order)."""
+    cats = pairs.pair_categories()
+    starts = np.concatenate([[0], np.cumsum([len(c.pairs) for c in pairs.categories])])
+    chosen: list[list[tuple[str, str]]] = [[] for _ in pairs.categories]
+    for i in index:
+        c = cats[i]
+        chosen[c].append(pairs.categories[c].pairs[i - starts[c]])
+    categories = tuple(dataclasses.replace(c, pairs=tuple(kept)) for c, kept in zip(pairs.categories, chosen) if kept)
+    return PairDataset(categories=categories, source=pairs.source)
+
 
 def pair_runs(config: StudyConfig, pairs: PairDataset, timings: dict[str, float]) -> Iterator[PairRun]:
     """Yield one :class:`PairRun` per model; each model is freed before the next loads."""
@@ -63,13 +129,12 @@ def pair_runs(config: StudyConfig, pairs: PairDataset, timings: dict[str, float]
         yield PairRun(acts=acts, pairs=pairs, layers=layers)
 
 
-def analyse_pairs(config: StudyConfig, analyse: Callable[[PairRun], tuple[dict, list[dict]]]
+def analyse_pairs(config: StudyConfig, pairs: PairDataset, analyse: Callable[[PairRun], tuple[dict, list[dict]]]
                   ) -> tuple[dict[str, dict], list[dict], dict]:
-    """Run ``analyse(run) -> (summary, rows)`` on each model's pair run.
+    """Run ``analyse(run) -> (summary, rows)`` on each model's run on ``pairs``.
 
     Returns the summaries by model name, every table row, and the manifest (with timings).
     """
-    pairs = load_pairs(config.dataset)
     timings: dict[str, float] = {}
     summaries, rows, done = {}, [], []
     for run in pair_runs(config, pairs, timings):

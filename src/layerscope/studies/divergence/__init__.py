@@ -3,9 +3,11 @@ changes sign."""
 
 from __future__ import annotations
 
+from ...data import load_pairs
 from ...report.markdown import signed
 from ..base import Study
 from ..config import StudyConfig
+from ..controls import category_warnings
 from ..inputs import analyse_pairs
 from ..result import StudyResult, make_table
 from .analysis import analyse_model
@@ -20,9 +22,12 @@ class Divergence(Study):
                 "model's output preference, and where does r change sign?")
 
     def run(self, config: StudyConfig) -> StudyResult:
-        summaries, rows, manifest = analyse_pairs(config, lambda run: analyse_model(run, run.layers))
+        pairs = load_pairs(config.dataset)
+        warnings = category_warnings(self.name, pairs, config.drop_category)  # a bad category fails here
+        summaries, rows, manifest = analyse_pairs(config, pairs, lambda run: analyse_model(
+            run, run.layers, config.compat, config.ci_level, config.seed, config.n_permutations, config.drop_category))
         return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest,
-                           summary={"models": summaries}, table=make_table(rows))
+                           summary={"models": summaries, "warnings": warnings}, table=make_table(rows))
 
     figures = staticmethod(draw_figures)
     report = staticmethod(write_report)
@@ -37,3 +42,4 @@ class Divergence(Study):
             lines.append(f"{model}: final-layer r(UA, pref) = {signed(final['r'])} with mean pooling "
                          f"({final['label']}); sign changes: {where}")
         return lines
+

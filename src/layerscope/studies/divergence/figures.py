@@ -7,13 +7,14 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ...report.plotting import MARKERS, POOLING_COLORS, figure, zero_line
+from ..controls import on_subset
 from ..result import StudyResult
 
 
 def figures(result: StudyResult) -> dict[str, Figure]:
     fig, axes = figure(1, 2, size=(14, 5))
     curve, bars = axes[0]
-    table = result.table[result.table["metric"] == "r_ua_pref"]
+    table = on_subset(result.table[result.table["metric"] == "r_ua_pref"])
     models = list(result.summary["models"])
     for m, model in enumerate(models):
         summary = result.summary["models"][model]

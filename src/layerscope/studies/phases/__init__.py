@@ -3,11 +3,13 @@ bootstrap CIs, early/mid/late phase means, pattern label, cross-model comparison
 
 from __future__ import annotations
 
+from ...data import PairDataset, load_pairs
 from ...data.reference import load_phase_reference
 from ...report.markdown import signed
 from ..base import Study
 from ..config import StudyConfig
-from ..inputs import analyse_pairs
+from ..controls import small_n_warning
+from ..inputs import analyse_pairs, without_category
 from ..result import StudyResult, make_table
 from .analysis import analyse_model
 from .figures import figures as draw_figures
@@ -22,13 +24,17 @@ class Phases(Study):
 
     def run(self, config: StudyConfig) -> StudyResult:
         reference = load_phase_reference(config.reference)  # a bad file fails before any model loads
-        summaries, rows, manifest = analyse_pairs(config, lambda run: analyse_model(
-            run, run.layers, config.pooling, config.n_bootstrap, config.ci_level, config.seed, config.compat))
+        pairs = load_pairs(config.dataset)
+        warnings = pair_warnings(pairs, config.drop_category)  # and so does a bad --drop-category
+        summaries, rows, manifest = analyse_pairs(config, pairs, lambda run: analyse_model(
+            run, run.layers, config.pooling, config.n_bootstrap, config.ci_level, config.seed, config.compat,
+            config.centroid_mode, config.n_permutations, config.drop_category))
         comparison = reference + [
             {"model": model, "source": "this run", **{ph: s["phases"][ph]["mean"] for ph in ("early", "mid", "late")}}
             for model, s in summaries.items()]
         return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest,
-                           summary={"models": summaries, "comparison": comparison}, table=make_table(rows))
+                           summary={"models": summaries, "comparison": comparison, "warnings": warnings},
+                           table=make_table(rows))
 
     figures = staticmethod(draw_figures)
     report = staticmethod(write_report)
@@ -37,3 +43,13 @@ class Phases(Study):
         return [f"{model}: {s['pattern']} (early {signed(s['phases']['early']['mean'], 2)}, mid "
                 f"{signed(s['phases']['mid']['mean'], 2)}, late {signed(s['phases']['late']['mean'], 2)}); "
                 f"{s['late_inversion']}" for model, s in result.summary["models"].items()]
+
+
+def pair_warnings(pairs: PairDataset, drop_category: str | None = None) -> list[str]:
+    """Small-n warnings for the pair-level correlations, on all pairs and without ``drop_category``
+    (``ConfigError`` if that is not a category or no pairs remain)."""
+    warnings = small_n_warning("phases", pairs.n_pairs, "pairs", "pair-level")
+    if drop_category is not None:
+        without = without_category(pairs, drop_category)
+        warnings += small_n_warning(f"phases without {drop_category}", without.n_pairs, "pairs", "pair-level")
+    return warnings

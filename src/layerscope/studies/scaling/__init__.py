@@ -3,8 +3,10 @@ axis, and whether the peak moves with size."""
 
 from __future__ import annotations
 
+from ...data import load_pairs
 from ..base import Study
 from ..config import StudyConfig
+from ..controls import category_warnings
 from ..inputs import analyse_pairs
 from ..result import StudyResult, make_table
 from .analysis import analyse_model, peak_stability
@@ -19,9 +21,12 @@ class Scaling(Study):
     default_models = ("smollm2-135m", "gemma3-270m")
 
     def run(self, config: StudyConfig) -> StudyResult:
-        models, rows, manifest = analyse_pairs(config, lambda run: analyse_model(run, run.layers, config.pooling))
+        pairs = load_pairs(config.dataset)
+        models, rows, manifest = analyse_pairs(config, pairs, lambda run: analyse_model(
+            run, run.layers, config.pooling, config.compat, config.ci_level, config.seed, config.n_permutations))
         summary = {"pooling": config.pooling, "models": models,
-                   "peak_stability": peak_stability([m["max_pos_pct"] for m in models.values()])}
+                   "peak_stability": peak_stability([m["max_pos_pct"] for m in models.values()]),
+                   "warnings": category_warnings(self.name, pairs)}
         return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest, summary=summary,
                            table=make_table(rows))
 

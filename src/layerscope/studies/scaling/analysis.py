@@ -1,7 +1,7 @@
 """Scaling (seed 001): the r(UA, preference) layer profile of several models on a common
 depth axis, and whether its peak moves with model size.
 
-    rs = profile(run, layers, "mean")                    # r per tested layer
+    tests = profile(run, layers, "mean")                 # per tested layer: r ("value"), p, p_perm, CI, q
     s = profile_summary(layers, rs, n_layers)            # peak, trough, final r, sign changes
     peak_stability([s["max_pos_pct"] for s in ...])      # std < 10 points: stable
 """
@@ -10,28 +10,45 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...stats import pearson, sign_changes
-from ..divergence.analysis import category_pref, category_ua
+from ...stats import sign_changes
+from ..controls import add_q, spearman_tests
+from ..divergence.analysis import category_pref, category_tests, category_ua
 from ..inputs import PairRun
 from ..result import layer_row
 
 STABLE_STD_PCT = 10.0
 
 
-def profile(run: PairRun, layers: list[int], pooling: str) -> list[tuple[float, float]]:
-    """(r, p) of category UA vs category preference at each tested layer."""
+def profile(run: PairRun, layers: list[int], pooling: str, compat: str | None = None, level: float = 0.95,
+            seed: int = 42, n_permutations: int = 10_000) -> tuple[list[dict], list[dict]]:
+    """Category UA vs category preference at each tested layer: (r tests, rho tests), one dict per layer.
+
+    r tests hold r as ``value`` and its ``p``; by default also ``p_perm``, the Fisher-z ``ci_lo``, ``ci_hi``,
+    ``q`` (BH over the layers) and ``significant``. rho tests (none in seed compat) hold rho, p, q, significant.
+    """
     cats, n_cat = run.pairs.pair_categories(), len(run.pairs.categories)
-    ua = category_ua(run.a(pooling), run.b(pooling), cats, n_cat)
+    ua = category_ua(run.a(pooling), run.b(pooling), cats, n_cat)[:, layers]
     pref = category_pref(run.pref, cats, n_cat)
-    return [pearson(ua[:, layer], pref) for layer in layers]
+    r_tests = category_tests(ua, pref, compat, level, seed, n_permutations)
+    if compat == "seed":
+        return r_tests, []
+    return add_q(r_tests, "p_perm", level), add_q(spearman_tests(ua, pref), "p", level)
 
 
-def analyse_model(run: PairRun, layers: list[int], pooling: str) -> tuple[dict, list[dict]]:
-    info = run.info
-    stats = profile(run, layers, pooling)
-    rows = [layer_row(info.name, layer, info.n_layers, "r_ua_pref", r, pooling=pooling, p=p,
-                      n=len(run.pairs.categories)) for layer, (r, p) in zip(layers, stats)]
-    return profile_summary(layers, [r for r, _ in stats], info.n_layers), rows
+def analyse_model(run: PairRun, layers: list[int], pooling: str, compat: str | None = None, level: float = 0.95,
+                  seed: int = 42, n_permutations: int = 10_000) -> tuple[dict, list[dict]]:
+    info, n_cat = run.info, len(run.pairs.categories)
+    r_tests, rho_tests = profile(run, layers, pooling, compat, level, seed, n_permutations)
+    rows = [layer_row(info.name, layer, info.n_layers, metric, pooling=pooling, n=n_cat, **test)
+            for metric, tests in (("r_ua_pref", r_tests), ("rho_ua_pref", rho_tests))
+            for layer, test in zip(layers, tests)]
+    summary = profile_summary(layers, [test["value"] for test in r_tests], info.n_layers)
+    if compat != "seed":
+        summary["significant_layers"] = [layer for layer, test in zip(layers, r_tests) if test["significant"]]
+        at = layers.index(summary["max_pos_layer"])
+        summary["max_pos_ci"] = [r_tests[at]["ci_lo"], r_tests[at]["ci_hi"]]
+        summary["max_pos_q"], summary["max_pos_rho"] = r_tests[at]["q"], rho_tests[at]["value"]
+    return summary, rows
 
 
 def profile_summary(layers: list[int], rs: list[float], n_layers: int) -> dict:

@@ -1,0 +1,141 @@
+"""What the pair studies add to each correlation by default: permutation p, Benjamini-Hochberg q,
+Spearman rho, small-n warnings and a length control.
+
+    tests = pearson_tests(x, y, n_permutations=10_000, seed=42, level=0.95)   # x: (n, k) -> k dicts
+    add_q(tests, "p_perm", level=0.95)       # each gains q (BH over the k) and significant (q < 0.05)
+    rows = [layer_row(model, layer, n_layers, "r_ua_pref", **t) for layer, t in zip(layers, tests)]
+    small_n_warning("divergence", 7, "categories", "category-level")   # [] from n = 10 on
+    length_control(run)   # pair-level r of the token-length difference with each preference
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..data import PairDataset
+from ..report.markdown import number, signed
+from ..stats import bh_qvalues, fisher_z_ci, pearson, permutation_pvalues, spearman
+from .inputs import PairRun, without_category
+
+MIN_N = 10
+"""Below this many points a correlation gets a warning."""
+
+
+def pearson_tests(x, y, n_permutations: int, seed: int, level: float | None = None) -> list[dict]:
+    """Per column of ``x`` (n, k): Pearson r with ``y`` (n,) as ``value``, its ``p`` and the permutation
+    ``p_perm`` (exact when n! <= n_permutations, else that many orderings seeded from ``seed``); with
+    ``level`` also the Fisher-z interval ``ci_lo``, ``ci_hi``."""
+    x = np.asarray(x, dtype=np.float64)
+    p_perm = permutation_pvalues(x, y, n_permutations, np.random.default_rng(seed))
+    tests = []
+    for column, pp in zip(x.T, p_perm):
+        r, p = pearson(column, y)
+        test = {"value": r, "p": p, "p_perm": float(pp)}
+        if level is not None:
+            test["ci_lo"], test["ci_hi"] = fisher_z_ci(r, len(column), level)
+        tests.append(test)
+    return tests
+
+
+def spearman_tests(x, y) -> list[dict]:
+    """Per column of ``x`` (n, k): Spearman rho with ``y`` (n,) as ``value`` and its ``p``."""
+    return [dict(zip(("value", "p"), spearman(column, y))) for column in np.asarray(x).T]
+
+
+def add_q(tests: list[dict], key: str, level: float) -> list[dict]:
+    """Add ``q``, Benjamini-Hochberg over ``tests`` of ``test[key]``, and ``significant`` = q < 1 - level."""
+    for test, q in zip(tests, bh_qvalues([test[key] for test in tests])):
+        test["q"] = float(q)
+        test["significant"] = bool(q < 1 - level)
+    return tests
+
+
+def in_subset(rows: list[dict], subset: str) -> list[dict]:
+    """The rows, each with column ``subset`` set."""
+    return [{**row, "subset": subset} for row in rows]
+
+
+def subset_name(category: str | None) -> str:
+    """``"all"``, or ``"without NAME"`` for the analysis without category NAME."""
+    return "all" if category is None else f"without {category}"
+
+
+def on_subset(table: pd.DataFrame, subset: str = "all") -> pd.DataFrame:
+    """The rows of one ``subset`` (all of them for a table written before the column existed)."""
+    return table[table["subset"] == subset] if "subset" in table else table
+
+
+def small_n_warning(label: str, n: int, unit: str, kind: str) -> list[str]:
+    """[the warning] when ``n`` < 10, else []: ``small_n_warning("phases", 8, "pairs", "pair-level")``."""
+    if n >= MIN_N:
+        return []
+    return [f"{label}: {kind} correlations use n = {n} {unit} (< {MIN_N}): r, p and intervals are very unstable; "
+            "treat them as descriptive."]
+
+
+def category_warnings(study: str, pairs: PairDataset, drop_category: str | None = None) -> list[str]:
+    """Small-n warnings for category-level correlations on ``pairs`` and, given ``drop_category``, on the
+    pairs without it (``ConfigError`` if that is not a category or leaves fewer than 3)."""
+    warnings = small_n_warning(study, len(pairs.categories), "categories", "category-level")
+    if drop_category is not None:
+        without = without_category(pairs, drop_category, min_categories=3)
+        warnings += small_n_warning(f"{study} without {drop_category}", len(without.categories), "categories",
+                                    "category-level")
+    return warnings
+
+
+def warning_lines(summary: dict) -> list[str]:
+    """Markdown blockquotes for ``summary["warnings"]``, each followed by a blank line."""
+    return [line for warning in summary.get("warnings", []) for line in (f"> **Warning:** {warning}", "")]
+
+
+def legend_lines(config: dict, unit: str, interval: str) -> list[str]:
+    """One line on each number a default-mode report shows (none in seed compat): ``unit`` is what r runs
+    over ("categories"), ``interval`` how its CI is made ("Fisher-z")."""
+    if config.get("compat") == "seed":
+        return []
+    level, n = config.get("ci_level", 0.95), config.get("n_permutations", 10_000)
+    return [f"- r: Pearson's correlation over the {unit}; p: its two-sided t-test p-value.",
+            f"- p_perm: two-sided permutation p of r, the share of orderings of the preferences with |r| at least "
+            f"as large (all n! of them when n! <= {n:,}, else {n:,} random ones).",
+            f"- CI: {interval} {level:.0%} confidence interval of r.",
+            "- q: Benjamini-Hochberg over the tested layers of the permutation p (per model, pooling, metric and "
+            f"subset); significant: q < {1 - level:.2g}.",
+            "- rho: Spearman's rank correlation beside r; its q is Benjamini-Hochberg of its own p.", ""]
+
+
+def length_control(run: PairRun) -> dict:
+    """Pair-level Pearson r of the token-length difference B - A with the mean and the summed preference."""
+    r_mean, p_mean = pearson(run.len_diff, run.pref)
+    r_sum, p_sum = pearson(run.len_diff, run.pref_sum)
+    return {"mean_len_diff": float(np.mean(run.len_diff)), "r_len_pref": r_mean, "p_len_pref": p_mean,
+            "r_len_pref_sum": r_sum, "p_len_pref_sum": p_sum, "n": len(run.len_diff)}
+
+
+def length_paragraph(control: dict, metric: str) -> str:
+    """What :func:`length_control` says about the preferences, for a report; ``metric`` names the rows
+    that use the summed preference (e.g. ``r_ua_pref_sum``)."""
+    r_mean, r_sum = _finite(control["r_len_pref"]), _finite(control["r_len_pref_sum"])
+    text = (f"Length control: the token-length difference B - A averages {control['mean_len_diff']:+.2f} tokens "
+            f"(n = {control['n']} pairs). It correlates with the per-token preference at "
+            f"r = {signed(r_mean)} (p = {number(control['p_len_pref'])}) and with the summed preference "
+            f"NLL_sum(B) - NLL_sum(A) at r = {signed(r_sum)} (p = {number(control['p_len_pref_sum'])}). ")
+    if r_sum is None:
+        return text + "Every pair has the same length difference, so length cannot explain either preference."
+    if abs(r_sum) >= 0.5:
+        text += (f"The summed preference mostly measures length, so read `{metric}` as a length control, not as "
+                 "a second measure of preference.")
+    elif abs(r_sum) >= 0.3:
+        text += f"Length explains part of the summed preference; compare `{metric}` with the per-token rows."
+    else:
+        text += "Length explains little of the summed preference."
+    if r_mean is not None and abs(r_mean) >= 0.3:
+        text += " Even the per-token preference tracks length, so part of its correlations may be a length effect."
+    return text
+
+
+def _finite(x: float) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
