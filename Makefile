@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/extract_vs_seed.py
 	$(BIN)/python benchmarks/anisotropy_vs_eigh.py
 	$(BIN)/python benchmarks/ablation_vs_reload.py
+	$(BIN)/python benchmarks/sweep_ray_vs_serial.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

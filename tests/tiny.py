@@ -105,9 +105,9 @@ def tiny_lm(arch: str = "llama", adds_bos: bool = False, n_layers: int = 3, seed
                             name=f"tiny-{arch}-{'bos' if adds_bos else 'nobos'}")
 
 
-def save(folder, arch: str = "llama", adds_bos: bool = True, n_layers: int = 3):
+def save(folder, arch: str = "llama", adds_bos: bool = True, n_layers: int = 3, seed: int = 0):
     """Write a tiny model and its tokenizer as a ``save_pretrained`` folder; returns the folder."""
-    model(arch, len(tokenizer(adds_bos)), n_layers).save_pretrained(folder)
+    model(arch, len(tokenizer(adds_bos)), n_layers, seed).save_pretrained(folder)
     tokenizer(adds_bos).save_pretrained(folder)
     return folder
 

@@ -49,6 +49,7 @@ CASES = [
     ("unknown model", {}, ["phases", "--model", "no-such-model-xyz"], "could not load model 'no-such-model-xyz'"),
     ("unknown study", {}, ["nope"], "unknown study 'nope'"),
     ("bad layer list", {}, ["divergence", "--layers", "zero"], "bad layer list"),
+    ("unknown device map", {}, ["divergence", "--device-map", "balanced"], "unknown device map 'balanced'"),
     ("layer out of range", {}, ["divergence", "--layers", "0,9"], "layer 9 is out of range"),
     ("zero bits", {}, ["ablation", "--bits", "0"], "2 to 16 bits"),
     ("no low-resource language", {"t.json": json.dumps({"en": HIGH, "de": HIGH})}, ["ablation", "--texts", "t.json"],

@@ -5,10 +5,11 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 import tiny
-from layerscope import load_pairs
+from layerscope import load_model, load_pairs
 from layerscope.cli import app
 from layerscope.studies import StudyResult, get_study
 from layerscope.studies.result import TABLE_COLUMNS
@@ -71,6 +72,23 @@ def test_seed_compat_tests_every_fourth_layer(tmp_path, models):
     assert summary["layers"] == [0, 4, 6]
 
 
+def test_device_map_reaches_the_loader_and_the_saved_config(tmp_path, models, monkeypatch):
+    from layerscope.studies import inputs
+
+    asked = []
+
+    def spy(spec, **kwargs):
+        asked.append(kwargs["device_map"])
+        return load_model(spec, **kwargs)
+
+    monkeypatch.setattr(inputs, "load_model", spy)
+    result = run("divergence", "--model", models["tiny-llama"], "--device-map", "auto", "--out", tmp_path / "o")
+    assert result.exit_code == 0, result.output
+    assert asked == ["auto"]
+    assert yaml.safe_load((tmp_path / "o" / "config.yaml").read_text())["device_map"] == "auto"
+    assert json.loads((tmp_path / "o" / "result.json").read_text())["config"]["device_map"] == "auto"
+
+
 def test_written_folder_reloads_and_re_renders(tmp_path, models):
     out = tmp_path / "p"
     assert run("phases", "--model", models["tiny-llama"], "--out", out, "--n-bootstrap", 200).exit_code == 0
@@ -98,6 +116,10 @@ def test_anisotropy_writes_profiles_for_both_token_sets_and_a_zip(tmp_path, mode
     assert s["token_sets"]["all"]["reference"]["reference_l_star"] == 1
     n_tokens = s["token_sets"]["all"]["n_tokens"]
     assert s["token_sets"]["excl_pos0"]["n_tokens"] == n_tokens - 36
+    # 3 layers: whichever L*, a segment of the bell test has fewer than 10 layers
+    warnings = json.loads((out / "result.json").read_text())["summary"]["warnings"]
+    assert warnings and all("bell test fits a line to" in w for w in warnings)
+    assert f"> **Warning:** {warnings[0]}" in (out / "report.md").read_text()
 
 
 def test_anisotropy_seed_compat_keeps_to_all_tokens(tmp_path, models):
@@ -150,6 +172,10 @@ def test_ablation_with_sweep_writes_per_text_rows_panels_and_heatmap(tmp_path, m
     assert sorted(variant["most_sensitive_layer"]) == ["en", "xx"]
     assert variant["verdicts"]["h5"]["result"] in ("SUPPORTED", "NOT_SUPPORTED", "UNDETERMINED")
     assert "H5" in (out / "report.md").read_text()
+    assert json.loads(text)["summary"]["warnings"] == [
+        "ablation: the disparity ratio compares the mean degradation of 1 high- with 1 low-resource languages "
+        "(< 10 each): one language can swing it; treat H5 as descriptive."]
+    assert "> **Warning:** ablation: the disparity ratio" in (out / "report.md").read_text()
 
 
 def test_ablation_seed_compat_is_the_notebook_scheme_only(tmp_path, models, texts):

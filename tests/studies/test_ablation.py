@@ -168,3 +168,12 @@ def test_runner_equals_a_fresh_copy_quantized_and_scored_text_by_text(tmp_path, 
                 got = out[(out["config"] == name) & (out["lang"] == lang) & (out["sample"] == sample)]["ppl"].item()
                 assert got == pytest.approx(expected, rel=1e-4), (name, lang, sample)
     assert all(torch.equal(a, b) for a, b in zip(lm.model.state_dict().values(), original.state_dict().values()))
+
+
+def test_the_disparity_over_few_languages_gets_a_warning():
+    from layerscope.studies.controls import group_warnings
+
+    assert group_warnings(4, 4) == [
+        "ablation: the disparity ratio compares the mean degradation of 4 high- with 4 low-resource languages "
+        "(< 10 each): one language can swing it; treat H5 as descriptive."]
+    assert group_warnings(10, 12) == [] and len(group_warnings(12, 9)) == 1

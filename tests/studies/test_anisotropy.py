@@ -30,3 +30,15 @@ def test_reference_bands_and_key_layers():
     assert reference_match(10, None) is None
     assert key_layers(7, 32) == [0, 3, 7, 19, 32]
     assert key_layers(0, 4) == [0, 2, 4]
+
+
+def test_bell_test_segments_shorter_than_ten_layers_get_a_warning():
+    from layerscope.studies.controls import bell_warnings
+
+    # 30 layers, L* = 3: 3 layers (0-2) before it, 28 (3-30) from it on
+    assert bell_warnings("m", 3, 30) == [
+        "anisotropy, m: the bell test fits a line to 3 layers before L* (< 10): its slope, r and p are very "
+        "unstable; read the profile figure rather than the p-value."]
+    assert bell_warnings("m", 12, 30) == []  # 12 and 19 layers
+    assert len(bell_warnings("m", 9, 12)) == 2  # 9 and 4 layers
+    assert bell_warnings("m", 0, 30) == []  # no segment before L*: nothing is fitted there

@@ -1,6 +1,7 @@
 import pytest
 
-from layerscope.studies import ConfigError, StudyConfig
+from layerscope import ModelLoadError
+from layerscope.studies import ConfigError, StudyConfig, ablation, anisotropy, get_study, inputs
 from layerscope.studies.config import select_layers
 
 
@@ -25,6 +26,7 @@ def test_compat_seed_implies_seed_layers_unless_layers_are_given():
     ({"n_bootstrap": 10}, "too few"),
     ({"ci_level": 1.5}, "confidence level"),
     ({"models": ("a", "a")}, "listed twice"),
+    ({"device_map": "balanced"}, "unknown device map 'balanced'; use 'auto' or leave it out"),
 ])
 def test_bad_settings_are_clear_errors(kwargs, message):
     with pytest.raises(ConfigError, match=message):
@@ -34,3 +36,17 @@ def test_bad_settings_are_clear_errors(kwargs, message):
 def test_layer_out_of_range_names_the_model():
     with pytest.raises(ConfigError, match="layer 31 is out of range for smol, which has layers 0 to 30"):
         select_layers("0,31", 30, "smol")
+
+
+@pytest.mark.parametrize("study, module", [("phases", inputs), ("anisotropy", anisotropy), ("ablation", ablation)])
+def test_every_study_loads_its_models_with_the_device_map(monkeypatch, study, module):
+    asked = {}
+
+    def fake_load(spec, **kwargs):
+        asked.update(kwargs, spec=spec)
+        raise ModelLoadError("stop here")
+
+    monkeypatch.setattr(module, "load_model", fake_load)
+    with pytest.raises(ModelLoadError, match="stop here"):
+        get_study(study).run(StudyConfig(study=study, models=("m",), device_map="auto"))
+    assert asked == {"spec": "m", "dtype": "float32", "device": None, "device_map": "auto"}

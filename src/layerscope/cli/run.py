@@ -17,8 +17,10 @@ from ..studies import StudyConfig, get_study, run_study
 from ..studies.config import ConfigError
 from ..studies.config_file import dump_configs, read_config_file, resolve_configs
 from ..studies.suite import check_inputs, find_partial, run_suite, with_default_models
+from ..sweep import SweepPlan
 from .app import app, setup_logging, user_errors
 from .extract import Compat, DType
+from .sweep import Executor, finish_sweep
 
 
 def _help(name: str) -> str:
@@ -50,6 +52,7 @@ def run_command(
     batch_size: int = typer.Option(None, "--batch-size", min=1, help=_help("batch_size")),
     dtype: DType = typer.Option(None, "--dtype", help=_help("dtype")),
     device: str = typer.Option(None, "--device", help=_help("device")),
+    device_map: str = typer.Option(None, "--device-map", help=_help("device_map")),
     reference: Path = typer.Option(None, "--reference", help=_help("reference")),
     centroids: str = typer.Option(None, "--centroids", help=_help("centroids")),
     drop_category: str = typer.Option(None, "--drop-category", help=_help("drop_category")),
@@ -62,6 +65,13 @@ def run_command(
     sweep: bool = typer.Option(False, "--sweep", help=_help("sweep")),
     scheme: str = typer.Option(None, "--scheme", help=_help("scheme")),
     targets: str = typer.Option(None, "--targets", help=_help("targets")),
+    executor: Executor = typer.Option(None, "--executor", help="Run STUDY as a sweep: one task per --model "
+                                      "(serial: one after another here; ray: Ray tasks in parallel), with the "
+                                      "tasks' tables gathered into one folder. See `layerscope sweep --help`."),
+    ray_address: str = typer.Option(None, "--ray-address", help="With --executor ray: join this Ray cluster "
+                                    "(e.g. auto) instead of starting one on this machine."),
+    workers: int = typer.Option(None, "--workers", help="With --executor ray: CPUs of the local Ray instance, one "
+                                "task per CPU. Default: every CPU."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists and is not empty."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the activation cache."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress details to stderr."),
@@ -72,10 +82,10 @@ def run_command(
     given = {"models": tuple(models) if models else None, "dataset": dataset, "compat": compat and compat.value,
              "layers": layers, "pooling": pooling, "n_bootstrap": n_bootstrap, "n_permutations": n_permutations,
              "ci_level": ci_level, "seed": seed, "batch_size": batch_size, "dtype": dtype and dtype.value,
-             "device": device, "reference": reference, "centroids": centroids, "drop_category": drop_category,
-             "prompts": prompts, "exclude_bos": exclude_bos or None, "reference_lstar": reference_lstar,
-             "texts": texts, "bits": bits, "configs": configs, "sweep": sweep or None, "scheme": scheme,
-             "targets": targets, "cache": False if no_cache else None}
+             "device": device, "device_map": device_map, "reference": reference, "centroids": centroids,
+             "drop_category": drop_category, "prompts": prompts, "exclude_bos": exclude_bos or None,
+             "reference_lstar": reference_lstar, "texts": texts, "bits": bits, "configs": configs,
+             "sweep": sweep or None, "scheme": scheme, "targets": targets, "cache": False if no_cache else None}
     overrides = {k: str(v) if isinstance(v, Path) else v for k, v in given.items() if v is not None}
     if study is not None:
         get_study(study)  # an unknown study fails before anything else
@@ -91,6 +101,17 @@ def run_command(
         found = resolve_configs({"study": study} if study else None, overrides)
         single = study is not None
     stamp = f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
+    if executor is not None:
+        if not single:
+            raise ConfigError("--executor sweeps one study over its models; name the study, e.g. "
+                              "`layerscope run scaling --model A --model B --executor ray`")
+        (name, config), = found.items()
+        config = with_default_models({name: config})[name]
+        plan = SweepPlan(config, executor=executor.value, ray_address=ray_address, workers=workers)
+        finish_sweep(plan, out or Path("runs") / f"sweep-{name}-{stamp}", force)
+        return
+    if ray_address is not None or workers is not None:
+        raise ConfigError("--ray-address and --workers need --executor ray")
     if single:
         (name, config), = found.items()
         out = check_out_dir(out or Path("runs") / f"{name}-{stamp}", force)

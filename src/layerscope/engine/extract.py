@@ -8,8 +8,8 @@
 Texts are tokenized one by one (as a single-text call would), sorted by length and
 run in batches; each batch's hidden states are pooled right away, so token-level
 states never outlive their batch. Finished batches are cached on disk under a
-fingerprint of the weights, dtype, device type, token ids and settings; a second call
-loads them, and a killed call resumes from the last finished batch.
+fingerprint of the weights, hub revision, dtype, device type, token ids and settings; a
+second call loads them, and a killed call resumes from the last finished batch.
 """
 
 from __future__ import annotations
@@ -66,9 +66,10 @@ def extract(
     ids = tokenize(lm.tokenizer, texts, max_length)
     batches = plan_batches([len(x) for x in ids], batch_size, token_budget(lm.info.vocab_size))
     fingerprint = sha256_json({
-        "format": FORMAT_VERSION, "weights": lm.info.weights_hash, "dtype": lm.info.dtype,
-        "device": torch.device(lm.info.device).type, "texts": sha256_json(texts), "token_ids": sha256_json(ids),
-        "settings": settings.to_dict(), "batches": sha256_json([b.tolist() for b in batches]),
+        "format": FORMAT_VERSION, "weights": lm.info.weights_hash, "revision": lm.info.revision,
+        "dtype": lm.info.dtype, "device": torch.device(lm.info.device).type, "texts": sha256_json(texts),
+        "token_ids": sha256_json(ids), "settings": settings.to_dict(),
+        "batches": sha256_json([b.tolist() for b in batches]),
     })
     store = _open_store(cache, fingerprint, lm, settings, len(texts))
     with store.locked() if store else contextlib.nullcontext():

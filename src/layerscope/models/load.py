@@ -86,7 +86,8 @@ def load_model(
 
     ``spec`` is a zoo name (``smollm2-135m``, ``gemma3-270m``), a local folder, a ``.gguf``
     file, or a Hugging Face hub id, optionally ``ID@REVISION``. ``device`` defaults to CUDA
-    when present, else CPU; ``device_map="auto"`` spreads a big model over all GPUs instead.
+    when present, else CPU; ``device_map="auto"`` spreads a big model over all GPUs instead
+    (every weight must fit: weights offloaded to CPU or disk are an error).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -107,8 +108,9 @@ def load_model(
         model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     except (OSError, ValueError) as exc:
         if is_hub:
-            raise _hub_error(spec, kwargs.get("local_files_only", False), exc) from None
+            raise _hub_error(spec, revision, kwargs.get("local_files_only", False), exc) from None
         raise ModelLoadError(f"could not load a causal LM from {source}: {exc}") from None
+    _check_resident(model, spec)
     if device_map is None:
         model.to(device=resolve_device(device))
     model.to(dtype=torch_dtype)  # some checkpoints keep norms or buffers in another dtype
@@ -154,14 +156,36 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def _hub_error(spec: str, offline: bool, exc: Exception) -> ModelLoadError:
+def _check_resident(model: nn.Module, spec: str) -> None:
+    """Raise if ``device_map`` offloaded weights to CPU or disk (they sit on the meta device)."""
+    if any(p.device.type == "meta" for p in model.parameters()):
+        raise ModelLoadError(
+            f"device_map offloaded part of {spec} to CPU or disk because it does not fit in memory; "
+            "layerscope needs every weight in memory: use more GPUs, --dtype bfloat16 or a smaller model"
+        )
+
+
+def _hub_error(spec: str, revision: str | None, offline: bool, exc: Exception) -> ModelLoadError:
     zoo = ", ".join(ZOO)
-    if offline:
+    if offline and revision is not None:
+        cached = ", ".join(_cached_revisions(spec)) or "none"
+        why = (f"the Hugging Face hub cannot be reached (no network) and revision '{revision}' is not in the "
+               f"local hub cache (cached revisions: {cached})")
+    elif offline:
         why = "the Hugging Face hub cannot be reached (no network) and it is not in the local hub cache"
     else:
         why = f"the Hugging Face hub refused it ({str(exc).splitlines()[0]})"
+    named = spec if revision is None else f"{spec}@{revision}"
     return ModelLoadError(
-        f"could not load model '{spec}': it is not a zoo name ({zoo}), not an existing folder or "
+        f"could not load model '{named}': it is not a zoo name ({zoo}), not an existing folder or "
         f".gguf file, and {why}. Use a zoo name, a local folder or a .gguf file, "
-        "or check the hub id and your network."
+        "or check the hub id, the revision and your network."
     )
+
+
+def _cached_revisions(repo_id: str) -> list[str]:
+    """``_cached_revisions("EleutherAI/pythia-410m")`` -> ``["main", "step3000"]``: the refs in the local hub cache."""
+    from huggingface_hub import constants
+
+    refs = Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}" / "refs"
+    return sorted(p.relative_to(refs).as_posix() for p in refs.rglob("*") if p.is_file())

@@ -82,7 +82,7 @@ def render_index(folder: Path, name: str) -> str:
 
 
 def _section(folder: Path, root: Path, anchor: str, study, result, warn: str) -> str:
-    figures = "".join(_figure(png) for png in sorted(folder.glob("*.png")))
+    figures = "".join(embed_figure(png) for png in sorted(folder.glob("*.png")))
     report = folder / "report.md"
     body = _markdown(report.read_text(encoding="utf-8")) if report.is_file() else ""
     compat = "seed compat (the notebooks' method)" if result.config.get("compat") == "seed" else "layerscope default"
@@ -97,7 +97,7 @@ def _section(folder: Path, root: Path, anchor: str, study, result, warn: str) ->
             f'<tr><th>notebooks (--compat seed)</th><th>layerscope default</th></tr>{notes}</table></details>')
 
 
-def _figure(png: Path) -> str:
+def embed_figure(png: Path) -> str:
     data = base64.b64encode(png.read_bytes()).decode("ascii")
     name = html.escape(png.stem)
     return f'<figure><img alt="{name}" src="data:image/png;base64,{data}"><figcaption class="muted">{name}</figcaption></figure>'

@@ -6,6 +6,7 @@
         def figures(self, result) -> dict[str, Figure]: ...   # from result alone
         def report(self, result) -> str: ...              # markdown, from result alone
         def headline(self, result) -> list[str]: ...      # one line per verdict
+        def numbers(self, result, model) -> dict[str, float]: ...   # headline numbers, for sweeps
 
 ``figures`` and ``report`` read only the result (summary and table), so a finished
 run folder can be re-rendered without the model.
@@ -42,6 +43,10 @@ class Study(ABC):
     @abstractmethod
     def headline(self, result: StudyResult) -> list[str]:
         """The verdicts in a line each, for the console and the top of a suite report."""
+
+    @abstractmethod
+    def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
+        """One model's headline numbers by name (a sweep plots each against training step)."""
 
     def finish(self, folder: Path, result: StudyResult) -> None:
         """Add files to a written run folder (after result.json); nothing by default."""

@@ -45,6 +45,8 @@ class StudyConfig:
     batch_size: int = _help("Texts per forward pass.", default=16)
     dtype: str = _help("One dtype for every parameter: float32, float16, bfloat16.", default="float32")
     device: str | None = _help("cpu, cuda or cuda:N; default: cuda if present, else cpu.", default=None)
+    device_map: str | None = _help("'auto' spreads one big model over every GPU of the machine (accelerate); "
+                                   "default: the whole model on --device.", default=None)
     reference: str | None = _help("CSV of reference phase means (model,early,mid,late); default: the "
                                   "published figures the phases notebook quotes.", default=None)
     cache: bool = _help("Read and write the activation cache.", default=True)
@@ -87,6 +89,8 @@ class StudyConfig:
             raise ConfigError(f"confidence level {self.ci_level} must lie between 0.5 and 1")
         if self.batch_size < 1:
             raise ConfigError(f"batch size must be at least 1, got {self.batch_size}")
+        if self.device_map not in (None, "auto"):
+            raise ConfigError(f"unknown device map {self.device_map!r}; use 'auto' or leave it out")
         if self.layers is not None:
             parse_layers(self.layers)
         if not 2 <= self.bits <= 16:

@@ -76,6 +76,22 @@ def small_n_warning(label: str, n: int, unit: str, kind: str) -> list[str]:
             "treat them as descriptive."]
 
 
+def bell_warnings(model: str, l_star: int, n_layers: int) -> list[str]:
+    """Warnings for the anisotropy bell test when a segment it fits a line to has fewer than 10 layers."""
+    segments = (("before L*", l_star), ("from L* on", n_layers + 1 - l_star))
+    return [f"anisotropy, {model}: the bell test fits a line to {n} layers {where} (< {MIN_N}): its slope, r and p "
+            "are very unstable; read the profile figure rather than the p-value." for where, n in segments
+            if 2 <= n < MIN_N]
+
+
+def group_warnings(n_high: int, n_low: int) -> list[str]:
+    """A warning when the disparity ratio compares fewer than 10 high- or low-resource languages."""
+    if min(n_high, n_low) >= MIN_N:
+        return []
+    return [f"ablation: the disparity ratio compares the mean degradation of {n_high} high- with {n_low} "
+            f"low-resource languages (< {MIN_N} each): one language can swing it; treat H5 as descriptive."]
+
+
 def category_warnings(study: str, pairs: PairDataset, drop_category: str | None = None) -> list[str]:
     """Small-n warnings for category-level correlations on ``pairs`` and, given ``drop_category``, on the
     pairs without it (``ConfigError`` if that is not a category or leaves fewer than 3)."""

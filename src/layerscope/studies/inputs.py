@@ -119,7 +119,7 @@ def pair_runs(config: StudyConfig, pairs: PairDataset, timings: dict[str, float]
     """Yield one :class:`PairRun` per model; each model is freed before the next loads."""
     for spec in config.models:
         start = time.perf_counter()
-        lm = load_model(spec, dtype=config.dtype, device=config.device)
+        lm = load_model(spec, dtype=config.dtype, device=config.device, device_map=config.device_map)
         layers = select_layers(config.layer_spec, lm.info.n_layers, lm.info.name)  # fail before extracting
         loaded = time.perf_counter()
         acts = extract(lm, pairs.texts(), compat=config.compat, batch_size=config.batch_size, cache=config.cache)

@@ -14,7 +14,7 @@ from .config import StudyConfig
 
 
 def model_entry(info: ModelInfo, acts: Activations | None = None) -> dict:
-    entry = {"name": info.name, "weights_hash": info.weights_hash, "n_layers": info.n_layers,
+    entry = {"name": info.name, "revision": info.revision, "weights_hash": info.weights_hash, "n_layers": info.n_layers,
              "hidden_size": info.hidden_size, "architecture": info.architecture, "adds_bos": info.adds_bos,
              "last_hidden_normed": info.last_hidden_normed, "dtype": info.dtype, "device": info.device}
     if acts is not None:

@@ -9,6 +9,7 @@ from ...data.languages import load_languages
 from ...models import decoder_layers, load_model
 from ..base import Study
 from ..config import StudyConfig
+from ..controls import group_warnings
 from ..inputs import free_memory
 from ..manifest import add_timings, manifest, model_entry
 from ..result import StudyResult, make_table
@@ -40,7 +41,7 @@ class Ablation(Study):
         summaries, rows, models = {}, [], []
         for spec in config.models:
             start = time.perf_counter()
-            lm = load_model(spec, dtype=config.dtype, device=config.device)
+            lm = load_model(spec, dtype=config.dtype, device=config.device, device_map=config.device_map)
             n = len(decoder_layers(lm.model))
             configs = standard_configs(n) if config.configs == "standard" else load_configs(config.configs, n)
             if config.sweep:
@@ -58,12 +59,23 @@ class Ablation(Study):
                         analysis_s=time.perf_counter() - scored_at)
         dataset = {"kind": "languages", "source": languages.source, "hash": languages.hash,
                    "languages": {lang.code: lang.resource for lang in languages.languages}}
-        summary = {"bits": config.bits, "primary": primary.label, "models": summaries}
+        summary = {"bits": config.bits, "primary": primary.label, "models": summaries,
+                   "warnings": group_warnings(len(languages.high), len(languages.low))}
         return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest(config, models, dataset, timings),
                            summary=summary, table=make_table(rows))
 
     figures = staticmethod(draw_figures)
     report = staticmethod(write_report)
+
+    def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
+        """With every layer quantized (primary scheme): median perplexity ratio, mean degradation of the high-
+        and low-resource languages, and their disparity ratio."""
+        v = result.summary["models"][model]["variants"][result.summary["primary"]]
+        allq = next((c for c in v["per_config"] if c["config"] == "all_quantized"), None)
+        out = {"all_quantized_ppl_ratio": v["all_quantized_ppl_ratio"]}
+        if allq is not None:
+            out.update(d_hr=allq["d_hr"], d_lr=allq["d_lr"], disparity_ratio=allq["disparity_ratio"])
+        return {k: float("nan") if x is None else x for k, x in out.items()}
 
     def headline(self, result: StudyResult) -> list[str]:
         lines = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...report.markdown import md_table, number
+from ..controls import warning_lines
 from ..result import StudyResult
 
 
@@ -18,7 +19,7 @@ def report(result: StudyResult) -> str:
            "(ppl - baseline) / baseline, clipped at 0 as in the notebook; delta NLL = mean NLL - baseline "
            "(stays readable when perplexity explodes). Disparity = mean low-resource degradation / mean "
            "high-resource degradation. H5: protecting the first and last layers cuts the disparity by > 30%.", "",
-           _method(result.config), ""]
+           _method(result.config), "", *warning_lines(s)]
     for model, m in s["models"].items():
         out += [f"## {model} ({m['n_layers']} decoder layers)", ""]
         for label, v in m["variants"].items():

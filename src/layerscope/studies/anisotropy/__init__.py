@@ -12,6 +12,7 @@ from ...engine.tokens import token_states
 from ...models import load_model
 from ..base import Study
 from ..config import StudyConfig
+from ..controls import bell_warnings
 from ..inputs import free_memory
 from ..manifest import add_timings, manifest, model_entry
 from ..result import StudyResult, make_table
@@ -31,10 +32,10 @@ class Anisotropy(Study):
         token_sets = ["all"] if config.compat == "seed" and not config.exclude_bos else ["all", "excl_pos0"]
         primary = "excl_pos0" if config.exclude_bos else "all"
         timings: dict[str, float] = {}
-        summaries, rows, models = {}, [], []
+        summaries, rows, models, warnings = {}, [], [], []
         for spec in config.models:
             start = time.perf_counter()
-            lm = load_model(spec, dtype=config.dtype, device=config.device)
+            lm = load_model(spec, dtype=config.dtype, device=config.device, device_map=config.device_map)
             loaded = time.perf_counter()
             states = token_states(lm, prompts.texts, batch_size=config.batch_size)
             extracted = time.perf_counter()
@@ -44,16 +45,27 @@ class Anisotropy(Study):
             summary, model_rows = analyse_model(info.name, info.n_layers, states, token_sets, primary,
                                                 config.reference_lstar)
             summaries[info.name] = {"n_prompts": len(prompts.texts), **summary}
+            warnings += bell_warnings(info.name, summary["l_star"], info.n_layers)
             rows += model_rows
             models.append(model_entry(info))
             add_timings(timings, load_s=loaded - start, extract_s=extracted - loaded,
                         analysis_s=time.perf_counter() - extracted)
         dataset = {"kind": "prompts", "source": prompts.source, "hash": prompts.hash, "n_prompts": len(prompts.texts)}
         return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest(config, models, dataset, timings),
-                           summary={"models": summaries}, table=make_table(rows))
+                           summary={"models": summaries, "warnings": warnings}, table=make_table(rows))
 
     figures = staticmethod(draw_figures)
     report = staticmethod(write_report)
+
+    def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
+        """L*, its depth (% of the layers) and the top-1 eigenvalue share there, for the headline tokens."""
+        s = result.summary["models"][model]
+        t = s["token_sets"][s["primary"]]
+        table = result.table
+        at = table[(table["model"] == model) & (table["metric"] == "top1_ratio") & (table["layer"] == t["l_star"])
+                   & (table["tokens"] == s["primary"])]
+        return {"l_star": t["l_star"], "l_star_depth_pct": 100 * t["l_star"] / s["n_layers"],
+                "top1_ratio_at_l_star": float(at["value"].iloc[0]) if len(at) else float("nan")}
 
     def headline(self, result: StudyResult) -> list[str]:
         lines = []

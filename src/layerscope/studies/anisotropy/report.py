@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...report.markdown import md_table, method_line, number
+from ..controls import warning_lines
 from ..result import StudyResult
 from .analysis import METRICS
 
@@ -12,7 +13,8 @@ def report(result: StudyResult) -> str:
            "Per layer, over every token state of every prompt: eigenvalues of the covariance (from the "
            "N x N Gram matrix; zero eigenvalues clipped at 1e-10 as in the notebook), their variance, "
            "the top-1 share λ1/Σλ, the effective rank exp(H), the mean cosine to the mean state, and the "
-           "variance in the top 10 and 50 components. L* = argmax of λ1/Σλ.", "", method_line(result.config), ""]
+           "variance in the top 10 and 50 components. L* = argmax of λ1/Σλ.", "", method_line(result.config), "",
+           *warning_lines(result.summary)]
     table = result.table
     for model, s in result.summary["models"].items():
         out += [f"## {model} ({s['n_layers']} layers, d = {s['hidden_dim']})", ""]

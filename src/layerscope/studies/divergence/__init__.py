@@ -32,6 +32,10 @@ class Divergence(Study):
     figures = staticmethod(draw_figures)
     report = staticmethod(write_report)
 
+    def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
+        """Final-layer r(UA, preference) per pooling."""
+        return {f"final_r_{c['pooling']}": c["r"] for c in result.summary["models"][model]["pooling_comparison"]}
+
     def headline(self, result: StudyResult) -> list[str]:
         lines = []
         for model, s in result.summary["models"].items():

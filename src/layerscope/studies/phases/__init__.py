@@ -39,6 +39,11 @@ class Phases(Study):
     figures = staticmethod(draw_figures)
     report = staticmethod(write_report)
 
+    def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
+        """The early, mid and late phase means of r, and the final-layer r."""
+        s = result.summary["models"][model]
+        return {**{phase: s["phases"][phase]["mean"] for phase in ("early", "mid", "late")}, "final_r": s["final_r"]}
+
     def headline(self, result: StudyResult) -> list[str]:
         return [f"{model}: {s['pattern']} (early {signed(s['phases']['early']['mean'], 2)}, mid "
                 f"{signed(s['phases']['mid']['mean'], 2)}, late {signed(s['phases']['late']['mean'], 2)}); "

@@ -33,6 +33,11 @@ class Scaling(Study):
     figures = staticmethod(draw_figures)
     report = staticmethod(write_report)
 
+    def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
+        """The peak r, its depth (% of the layers) and the final-layer r."""
+        m = result.summary["models"][model]
+        return {"peak_r": m["max_pos_r"], "peak_depth_pct": m["max_pos_pct"], "final_r": m["final_r"]}
+
     def headline(self, result: StudyResult) -> list[str]:
         peaks = ", ".join(f"{model} {m['max_pos_pct']:.0f}%" for model, m in result.summary["models"].items())
         return [f"{result.summary['peak_stability']['answer']} Peak depth: {peaks}."]

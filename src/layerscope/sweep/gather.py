@@ -1,0 +1,80 @@
+"""Collect a sweep's finished task folders into one table and one row of numbers per task.
+
+    table = gather_table(tasks)          # every task's table.csv; model, revision, step after the first column
+    rows = task_rows(tasks, outcomes)    # per task: status, error, seconds, headline lines and numbers
+    profile_rows(table, config)          # the layer-wise rows a sweep figure plots: one value per model, layer, metric
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..studies import StudyResult, get_study
+from ..studies.config import StudyConfig
+from .plan import Task
+
+SIDE_COLUMNS = ("category", "rank", "phase")
+"""Rows with a value here are broken down further than one number per layer; sweep figures leave them out."""
+
+
+def gather_table(tasks: list[Task]) -> pd.DataFrame:
+    """The finished tasks' tables, one after another in task order; ``model`` is the model without its
+    revision, followed by ``revision`` and ``step`` (the training step the revision names, if any)."""
+    frames = []
+    for task in tasks:
+        if not task.done():
+            continue
+        table = pd.read_csv(task.folder / "table.csv")
+        table["model"] = task.name
+        table.insert(1, "revision", task.revision)
+        table.insert(2, "step", pd.array([task.step] * len(table), dtype="Int64"))
+        frames.append(table)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["model", "revision", "step"])
+
+
+def task_rows(tasks: list[Task], outcomes: dict[str, dict]) -> list[dict]:
+    """One summary row per task, in task order: what happened to it this time and, if its folder is
+    complete, its layer count, headline lines and headline numbers."""
+    rows = []
+    for task in tasks:
+        outcome = outcomes.get(task.spec, {})
+        row = {"spec": task.spec, "model": task.name, "revision": task.revision, "step": task.step,
+               "folder": f"tasks/{task.folder.name}", "status": outcome.get("status", "done" if task.done() else
+                                                                             "not run"),
+               "error": outcome.get("error"), "seconds": outcome.get("seconds")}
+        if task.done():
+            result = StudyResult.load(task.folder)
+            study = get_study(result.study)
+            (name, summary), = result.summary["models"].items()
+            model = result.manifest["models"][0]
+            row.update(n_layers=summary.get("n_layers"), weights_hash=model.get("weights_hash"),
+                       dataset_hash=(result.manifest.get("dataset") or {}).get("hash"),
+                       headline=study.headline(result), numbers=study.numbers(result, name))
+        rows.append(row)
+    return rows
+
+
+def profile_rows(table: pd.DataFrame, config: StudyConfig) -> pd.DataFrame:
+    """One value per (model, revision, step, metric, layer): the layer-wise rows of the study's main view
+    (``config.pooling``, all pairs, the headline token set, the primary quantization), averaged over any
+    remaining breakdown such as languages and texts."""
+    if table.empty or "layer" not in table:
+        return table.iloc[0:0]
+    keep = table["layer"].notna() & table["value"].notna()
+    for column in SIDE_COLUMNS:
+        if column in table:
+            keep &= table[column].isna()
+    main = {"pooling": config.pooling, "subset": "all", "tokens": "excl_pos0" if config.exclude_bos else "all",
+            "scheme": config.quant_scheme, "targets": config.quant_targets}
+    for column, value in main.items():
+        if column in table:
+            keep &= table[column].isna() | (table[column] == value)
+    rows = table[keep].copy()
+    rows["revision"] = rows["revision"].fillna("")  # groupby drops NaN keys
+    keys = ["model", "revision", "step", "metric", "layer"]
+    out = rows.groupby(keys, sort=False, dropna=False).agg(value=("value", "mean"), depth=("depth", "first"))
+    out = out.reset_index()
+    out["step"] = out["step"].astype("Int64")
+    out["layer"] = out["layer"].astype(np.int64)
+    return out

@@ -1,0 +1,62 @@
+"""A sweep's report.md and its self-contained index.html.
+
+    text = sweep_report(summary)                 # markdown: tasks, failures, headline numbers
+    write_sweep_index(Path("runs/sweep"), summary)
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import datetime, timezone
+from pathlib import Path
+
+import markdown
+
+from ..io import atomic_file
+from ..report.html import STYLE, embed_figure
+from ..report.markdown import md_table, number
+
+
+def sweep_report(summary: dict) -> str:
+    tasks = summary["tasks"]
+    done = [t for t in tasks if t.get("numbers") is not None]
+    failed = [t for t in tasks if t["status"] == "failed"]
+    out = [f"# Sweep: {summary['study']} over {len(tasks)} models", "",
+           f"Executor: {summary['executor']}. {len(done)} of {len(tasks)} tasks finished"
+           + (f", {len(failed)} failed (run the same command again to retry them)." if failed else "."), "",
+           "Each task ran the study on one model into its own folder under `tasks/`; `table.csv` gathers "
+           "their tables, with the model's `revision` and training `step` as columns.", "",
+           "## Tasks", ""]
+    out.append(md_table(["model", "revision", "step", "layers", "status", "seconds", "folder"],
+                        [[t["model"], t["revision"] or "", "" if t["step"] is None else t["step"],
+                          t.get("n_layers", ""), t["status"], "" if t["seconds"] is None else f"{t['seconds']:.1f}",
+                          f"[{t['folder']}]({t['folder']}/index.html)" if t.get("numbers") is not None else ""]
+                         for t in tasks]))
+    if failed:
+        out += ["", "## Failed tasks", ""] + [f"- **{t['spec']}**: {t['error']}" for t in failed]
+    if done:
+        names = list(dict.fromkeys(n for t in done for n in t["numbers"]))
+        out += ["", "## Headline numbers", ""]
+        out.append(md_table(["model", "revision", "step", *names],
+                            [[t["model"], t["revision"] or "", "" if t["step"] is None else t["step"],
+                              *(number(t["numbers"].get(n)) for n in names)] for t in done]))
+        out += ["", "## Verdicts", ""] + [f"- {line}" for t in done for line in t["headline"]]
+    if summary.get("peak_stability"):
+        out += ["", "## Does the peak move with size?", "", f"**{summary['peak_stability']['answer']}**"]
+    return "\n".join(out) + "\n"
+
+
+def write_sweep_index(folder: Path, summary: dict) -> Path:
+    """``folder/index.html``: the report with every figure of the sweep folder embedded, written atomically."""
+    figures = "".join(embed_figure(png) for png in sorted(folder.glob("*.png")))
+    body = markdown.markdown(sweep_report(summary), extensions=["tables"], output_format="html")
+    title = f"layerscope sweep {html.escape(folder.resolve().name)}"
+    made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>'
+            f'<body><p class="muted">Rendered {made} by layerscope from the files in this folder.</p>{body}'
+            f'<h2>Figures</h2>{figures}</body></html>\n')
+    path = folder / "index.html"
+    with atomic_file(path, "w") as f:
+        f.write(page)
+    return path

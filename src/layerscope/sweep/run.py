@@ -1,0 +1,134 @@
+"""Run a sweep into one folder, resumably.
+
+    summary = run_sweep(plan, Path("runs/sweep"))
+    summary["tasks"][0]["status"]           # "done", "reused" (finished in an earlier run) or "failed"
+
+The folder holds ``config.yaml`` (the resolved plan), ``tasks/<model>/`` (each task's study run
+folder, written whole or not at all), and, gathered from the finished tasks: ``table.csv``,
+``sweep.json`` (every task's status, error, time, headline numbers; the manifest), one figure
+per layer-wise metric, ``training_dynamics.png`` when revisions name training steps,
+``report.md`` and ``index.html``. Running the same sweep again into the same folder skips the
+finished tasks and retries the failed ones; models added to the list are run too.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+from tqdm.auto import tqdm
+
+from ..errors import OutputError
+from ..io import atomic_file, atomic_write_json, check_out_dir
+from ..provenance import library_versions
+from ..studies.config import StudyConfig
+from ..studies.result import jsonable
+from ..studies.scaling.analysis import peak_stability
+from ..studies.suite import check_inputs
+from .config_file import dump_plan
+from .execute import execute
+from .figures import dynamics_figure, metric_figures
+from .gather import gather_table, profile_rows, task_rows
+from .plan import SweepPlan
+from .report import sweep_report, write_sweep_index
+
+log = logging.getLogger(__name__)
+
+
+def run_sweep(plan: SweepPlan, out: Path, force: bool = False, echo: Callable[[str], None] = print) -> dict:
+    """Run every unfinished task of ``plan`` into ``out/tasks/``, then gather; returns the summary."""
+    check_inputs(plan.study_config)  # a bad dataset or reference fails before any task starts
+    prepare_out(plan, out, force)
+    tasks = plan.tasks(out)
+    todo = [t for t in tasks if not t.done()]
+    outcomes = {t.spec: {"spec": t.spec, "status": "reused", "error": None, "seconds": None}
+                for t in tasks if t.done()}
+    if outcomes:
+        echo(f"{len(outcomes)} of {len(tasks)} tasks finished in an earlier run; reusing them")
+    start = time.perf_counter()
+    with tqdm(total=len(todo), desc=f"sweep {plan.config.study}", unit="task", disable=not todo) as bar:
+        for outcome in execute(plan, todo):
+            outcomes[outcome["spec"]] = outcome
+            bar.update()
+            if outcome["status"] == "failed":
+                bar.write(f"{outcome['spec']}: FAILED: {outcome['error']}")
+            else:
+                bar.write(f"{outcome['spec']}: done in {outcome['seconds']:.1f} s")
+    summary = gather(plan, out, outcomes, time.perf_counter() - start)
+    return summary
+
+
+def prepare_out(plan: SweepPlan, out: Path, force: bool) -> None:
+    """Make ``out`` ready: a new folder, or the folder of an earlier run of the same sweep settings
+    (resumed). Another sweep's folder, or any other folder that is not empty, needs ``force``."""
+    saved = out / "config.yaml"
+    if (out / "tasks").is_dir() and saved.is_file():
+        differs = settings_difference(saved, plan.config)
+        if differs is None:
+            _write_config(plan, out)
+            return
+        if not force:
+            raise OutputError(f"{out} holds a sweep with other settings ({differs}); choose another --out, or pass "
+                              "--force to replace it")
+    check_out_dir(out, force)
+    if out.exists() and force:
+        aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+        out.rename(aside / out.name)
+        shutil.rmtree(aside, ignore_errors=True)
+    (out / "tasks").mkdir(parents=True, exist_ok=True)
+    _write_config(plan, out)
+
+
+def settings_difference(saved: Path, config: StudyConfig) -> str | None:
+    """None when the sweep saved in ``saved`` has the study and settings of ``config`` (models may differ),
+    else the first setting that differs, as ``key: old -> new``."""
+    try:
+        old = yaml.safe_load(saved.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return "its config.yaml cannot be read"
+    new = config.to_dict()
+    for key, value in new.items():
+        if key != "models" and old.get(key) != value:
+            return f"{key}: {old.get(key)!r} -> {value!r}"
+    return None
+
+
+def _write_config(plan: SweepPlan, out: Path) -> None:
+    with atomic_file(out / "config.yaml", "w") as f:
+        f.write(dump_plan(plan, str(out / "config.yaml")))
+
+
+def gather(plan: SweepPlan, out: Path, outcomes: dict[str, dict], seconds: float) -> dict:
+    """Write table.csv, the figures, sweep.json, report.md and index.html from the finished task folders."""
+    tasks = plan.tasks(out)
+    table = gather_table(tasks)
+    rows = task_rows(tasks, outcomes)
+    with atomic_file(out / "table.csv", "w") as f:
+        table.to_csv(f, index=False)
+    figures = metric_figures(profile_rows(table, plan.config))
+    dynamics = dynamics_figure(rows, f"{plan.config.study}: headline numbers over training")
+    if dynamics is not None:
+        figures["training_dynamics"] = dynamics
+    for old in out.glob("*.png"):
+        old.unlink()
+    for name, fig in figures.items():
+        with atomic_file(out / f"{name}.png") as f:
+            fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
+    summary = {"study": plan.config.study, "executor": plan.executor, "ray_address": plan.ray_address,
+               "tasks": rows, "n_done": sum(r.get("numbers") is not None for r in rows),
+               "n_failed": sum(r["status"] == "failed" for r in rows),
+               "manifest": {"versions": library_versions(), "seed": plan.config.seed,
+                            "timings": {"sweep_s": round(seconds, 3)}}}
+    if plan.config.study == "scaling":
+        peaks = [r["numbers"]["peak_depth_pct"] for r in rows if r.get("numbers")]
+        summary["peak_stability"] = peak_stability(peaks) if peaks else None
+    atomic_write_json(out / "sweep.json", jsonable(summary))
+    with atomic_file(out / "report.md", "w") as f:
+        f.write(sweep_report(summary))
+    write_sweep_index(out, summary)
+    return summary
