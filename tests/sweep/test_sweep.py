@@ -64,7 +64,10 @@ def test_ray_sweep_equals_the_serial_one_reports_a_failure_and_resumes(sweep_inp
         assert missing in failed["error"] and "does not exist" in failed["error"]
         assert summary["n_done"] == 3 and summary["n_failed"] == 1
     gathered = pd.read_csv(tmp_path / "ray" / "table.csv")
-    pd.testing.assert_frame_equal(gathered, pd.read_csv(tmp_path / "serial" / "table.csv"))
+    # equal, up to float rounding: torch runs 2 threads here and 1 in each Ray task (d = 32 models have shown
+    # bit-identical tables; wider ones differ by ~1e-7, see benchmarks/sweep_ray_vs_serial.py)
+    pd.testing.assert_frame_equal(gathered, pd.read_csv(tmp_path / "serial" / "table.csv"), check_exact=False,
+                                  rtol=0, atol=1e-6)
     # each model's rows are its own task's table, in task order, with the layers its depth gives
     assert list(gathered["model"].unique()) == models
     for model, depth in zip(models, DEPTHS):
