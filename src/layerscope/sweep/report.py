@@ -21,7 +21,8 @@ def sweep_report(summary: dict) -> str:
     tasks = summary["tasks"]
     done = [t for t in tasks if t.get("numbers") is not None]
     failed = [t for t in tasks if t["status"] == "failed"]
-    out = [f"# Sweep: {summary['study']} over {len(tasks)} models", "",
+    models = len({t["model"] for t in tasks})
+    out = [f"# Sweep: {summary['study']}, {len(tasks)} tasks over {models} model{'s' * (models != 1)}", "",
            f"Executor: {summary['executor']}. {len(done)} of {len(tasks)} tasks finished"
            + (f", {len(failed)} failed (run the same command again to retry them)." if failed else "."), "",
            "Each task ran the study on one model into its own folder under `tasks/`; `table.csv` gathers "
