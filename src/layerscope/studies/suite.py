@@ -25,8 +25,9 @@ from ..data.reference import load_phase_reference
 from ..io import atomic_file, check_out_dir
 from ..report.html import write_index
 from .ablation.configs import load_configs
-from .config import ConfigError, StudyConfig
+from .config import StudyConfig
 from .config_file import dump_configs
+from .inputs import category_index
 from .registry import get_study, run_study
 
 log = logging.getLogger(__name__)
@@ -44,10 +45,8 @@ def check_inputs(config: StudyConfig) -> None:
     """Read every input file a study will need, so a bad one fails before any model runs."""
     if config.study in ("divergence", "scaling", "phases"):
         pairs = load_pairs(config.dataset)
-        names = [c.name for c in pairs.categories]
-        if config.drop_category is not None and config.drop_category not in names:
-            raise ConfigError(f"--drop-category {config.drop_category!r} is not a category of {pairs.source}; "
-                              f"choose one of {', '.join(names)}")
+        if config.drop_category is not None:
+            category_index(pairs, config.drop_category)  # ConfigError naming the categories
     if config.study == "phases":
         load_phase_reference(config.reference)
     if config.study == "anisotropy":
