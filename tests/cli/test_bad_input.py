@@ -1,6 +1,19 @@
 """The bad-input matrix: each mistake gives one clear `error:` line, exit status 2, and no output
-(no run folder, no hidden partial folder beside it, nothing of the user's changed)."""
+(no run folder, no hidden partial folder beside it, every file of the user's unchanged byte for byte).
 
+A case is ``(name, files, args, message)`` or ``(name, files, args, message, env)``:
+
+- ``files``: ``{relative path: text or bytes}`` written into the test's working folder first;
+- ``args``: the arguments after ``layerscope run`` (or after ``layerscope`` when the first one is
+  another command, e.g. ``report``); ``--model`` and ``--out out`` are added to ``run`` unless given;
+- ``message``: a part of the one ``error:`` line;
+- ``env``: environment variables for the command.
+
+``{tmp}`` (the working folder) and ``{name}`` for each entry of ``MODEL_BUILDERS`` (a model folder
+built once per module) are filled in everywhere: in ``args``, file texts and ``env`` values.
+"""
+
+import hashlib
 import json
 import os
 import shutil
@@ -15,9 +28,43 @@ from layerscope.cli import app
 runner = CliRunner()
 
 
+MODEL_BUILDERS = {
+    "model": lambda folder: tiny.save(folder, "llama", adds_bos=False),
+}
+"""Model folders a case can name as ``{key}``: ``key -> builder(folder) -> folder``."""
+
+COMMANDS = ("report", "sweep", "extract")
+
+
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return str(tiny.save(tmp_path_factory.mktemp("models") / "tiny", "llama", adds_bos=False))
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return {key: str(build(root / key)) for key, build in MODEL_BUILDERS.items()}
+
+
+@pytest.fixture(scope="module")
+def model(models):
+    return models["model"]
+
+
+def fill(value, names: dict[str, str]):
+    """``value`` (str, bytes, list or dict) with every ``{name}`` replaced."""
+    if isinstance(value, list):
+        return [fill(v, names) for v in value]
+    if isinstance(value, dict):
+        return {k: fill(v, names) for k, v in value.items()}
+    if isinstance(value, bytes):
+        return value
+    for key, text in names.items():
+        value = value.replace("{" + key + "}", text)
+    return value
+
+
+def snapshot(folder) -> dict[str, str]:
+    """Every path under ``folder`` with the SHA-256 of its bytes ("dir" for folders)."""
+    return {p.relative_to(folder).as_posix(): "dir" if p.is_dir() and not p.is_symlink() else
+            hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "other"
+            for p in sorted(folder.rglob("*"))}
 
 
 def pairs(**categories):
@@ -69,20 +116,29 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name, files, args, message", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_gives_one_clear_error_exit_2_and_no_output(tmp_path, monkeypatch, model, name, files, args,
-                                                              message):
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gives_one_clear_error_exit_2_and_no_output(tmp_path, monkeypatch, models, case):
+    name, files, args, message, *rest = case
+    names = {**models, "tmp": str(tmp_path)}
     monkeypatch.chdir(tmp_path)
-    for file, text in files.items():
-        (tmp_path / file).write_text(text)
-    extra = [] if "--model" in args or "--config" in args else ["--model", model]
-    before = sorted(p.name for p in tmp_path.iterdir())
-    result = runner.invoke(app, ["run", *args, *extra, "--out", "out"])
+    for key, value in fill(rest[0] if rest else {}, names).items():
+        monkeypatch.setenv(key, value)
+    for file, text in fill(files, names).items():
+        (tmp_path / file).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / file).write_bytes(text if isinstance(text, bytes) else text.encode())
+    args = fill(args, names)
+    if args and args[0] in COMMANDS:
+        command = args
+    else:
+        extra = [] if "--model" in args or "--config" in args else ["--model", models["model"]]
+        command = ["run", *args, *extra, *([] if "--out" in args else ["--out", "out"])]
+    before = snapshot(tmp_path)
+    result = runner.invoke(app, command)
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert lines[-1].startswith("error: ") and message in lines[-1], result.output
     assert sum(line.startswith("error: ") for line in lines) == 1 and "Traceback" not in result.output
-    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no out/, no .out.partial, nothing else
+    assert snapshot(tmp_path) == before  # no out/, no .out.partial, every file of the user's as it was
 
 
 def test_existing_out_folder_is_kept_without_force(tmp_path, model):

@@ -50,6 +50,7 @@ def run_command(
     ci_level: float = typer.Option(None, "--ci-level", help=_help("ci_level")),
     seed: int = typer.Option(None, "--seed", help=_help("seed")),
     batch_size: int = typer.Option(None, "--batch-size", min=1, help=_help("batch_size")),
+    max_length: int = typer.Option(None, "--max-length", help=_help("max_length")),
     dtype: DType = typer.Option(None, "--dtype", help=_help("dtype")),
     device: str = typer.Option(None, "--device", help=_help("device")),
     device_map: str = typer.Option(None, "--device-map", help=_help("device_map")),
@@ -81,7 +82,8 @@ def run_command(
     setup_logging(verbose)
     given = {"models": tuple(models) if models else None, "dataset": dataset, "compat": compat and compat.value,
              "layers": layers, "pooling": pooling, "n_bootstrap": n_bootstrap, "n_permutations": n_permutations,
-             "ci_level": ci_level, "seed": seed, "batch_size": batch_size, "dtype": dtype and dtype.value,
+             "ci_level": ci_level, "seed": seed, "batch_size": batch_size,
+             "max_length": max_length, "dtype": dtype and dtype.value,
              "device": device, "device_map": device_map, "reference": reference, "centroids": centroids,
              "drop_category": drop_category, "prompts": prompts, "exclude_bos": exclude_bos or None,
              "reference_lstar": reference_lstar, "texts": texts, "bits": bits, "configs": configs,

@@ -21,8 +21,12 @@ class ConfigError(LayerscopeError):
     """A study setting that cannot work."""
 
 
-def _help(text: str, **kwargs) -> Any:
-    return field(metadata={"help": text}, **kwargs)
+PAIR_STUDIES = ("divergence", "scaling", "phases")
+
+
+def _help(text: str, studies: tuple[str, ...] | None = None, **kwargs) -> Any:
+    """A field with its CLI help and the studies that read it (``None``: every study)."""
+    return field(metadata={"help": text, "studies": studies}, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -32,15 +36,15 @@ class StudyConfig:
         "Models to analyse, loaded one at a time: zoo names, folders, .gguf files or hub ids. Default: "
         f"{DEFAULT_MODEL} (scaling: smollm2-135m and gemma3-270m).", default=())
     dataset: str | None = _help("Statement-pair dataset file (.json, .jsonl, .csv); default: the bundled pairs.",
-                                default=None)
+                                studies=PAIR_STUDIES, default=None)
     compat: str | None = _help("'seed' reproduces the notebooks: token 0 dropped, every 4th layer, their "
                                "statistics. Default: the corrected method.", default=None)
-    layers: str | None = _help("Layers to test: 'all', 'seed' (every 4th plus the last) or a list like "
-                               "'0,4,8'. Default: all (seed with --compat seed).", default=None)
+    layers: str | list[int] | None = _help("Layers to test: 'all', 'seed' (every 4th plus the last) or a list like "
+                               "'0,4,8'. Default: all (seed with --compat seed).", studies=PAIR_STUDIES, default=None)
     pooling: str = _help("Pooling for the pair-level and profile analyses (phases, scaling): mean, last, first.",
-                         default="mean")
-    n_bootstrap: int = _help("Bootstrap resamples for confidence intervals.", default=10_000)
-    ci_level: float = _help("Confidence level of the intervals.", default=0.95)
+                         studies=("scaling", "phases"), default="mean")
+    n_bootstrap: int = _help("Bootstrap resamples for confidence intervals.", studies=("phases",), default=10_000)
+    ci_level: float = _help("Confidence level of the intervals.", studies=PAIR_STUDIES, default=0.95)
     seed: int = _help("Random seed for resampling.", default=42)
     batch_size: int = _help("Texts per forward pass.", default=16)
     dtype: str = _help("One dtype for every parameter: float32, float16, bfloat16.", default="float32")
@@ -48,35 +52,45 @@ class StudyConfig:
     device_map: str | None = _help("'auto' spreads one big model over every GPU of the machine (accelerate); "
                                    "default: the whole model on --device.", default=None)
     reference: str | None = _help("CSV of reference phase means (model,early,mid,late); default: the "
-                                  "published figures the phases notebook quotes.", default=None)
+                                  "published figures the phases notebook quotes.", studies=("phases",), default=None)
     cache: bool = _help("Read and write the activation cache.", default=True)
+    max_length: int | None = _help("Truncate every text to this many tokens (recorded in the manifest). Default: "
+                                   "no truncation, and a text longer than the model's maximum positions is an "
+                                   "error naming it.", default=None)
     prompts: str | None = _help("anisotropy: a text file, one prompt per line (blank lines and '# kind' "
-                                "lines skipped); default: the bundled prompts.", default=None)
+                                "lines skipped); default: the bundled prompts.", studies=("anisotropy",), default=None)
     exclude_bos: bool = _help("anisotropy: headline metrics without position 0 (the BOS token, or the first "
-                              "word of a model without BOS).", default=False)
+                              "word of a model without BOS).", studies=("anisotropy",), default=False)
     texts: str | None = _help("ablation: JSON {lang: {\"resource\": \"high\"|\"low\", \"texts\": [...]}}; default: "
-                              "the bundled texts (8 languages).", default=None)
-    bits: int = _help("ablation: bits of the symmetric fake quantization.", default=4)
+                              "the bundled texts (8 languages).", studies=("ablation",), default=None)
+    bits: int = _help("ablation: bits of the symmetric fake quantization.", studies=("ablation",), default=4)
     configs: str = _help("ablation: 'standard' (the notebook's 8 layer sets) or a JSON file "
-                         "mapping each configuration's name to the list of layers it quantizes.", default="standard")
-    sweep: bool = _help("ablation: also quantize one layer at a time, every layer.", default=False)
+                         "mapping each configuration's name to the list of layers it quantizes.", studies=("ablation",),
+                         default="standard")
+    sweep: bool = _help("ablation: also quantize one layer at a time, every layer.", studies=("ablation",),
+                        default=False)
     scheme: str | None = _help("ablation: per-tensor, per-channel or group:N. Default: per-channel "
-                               "(seed compat: per-tensor).", default=None)
+                               "(seed compat: per-tensor).", studies=("ablation",), default=None)
     targets: str | None = _help("ablation: 'linear' (linear-layer weights) or 'all-weights' (every weight, "
-                                "norms included). Default: linear (seed compat: all-weights).", default=None)
+                                "norms included). Default: linear (seed compat: all-weights).", studies=("ablation",),
+                                default=None)
     centroids: str | None = _help("phases: 'loo' (each pair is compared with centroids of the other pairs) or "
                                   "'self' (the notebooks' centroids, which include the pair itself). The report "
-                                  "shows both. Default: loo (seed compat: self).", default=None)
+                                  "shows both. Default: loo (seed compat: self).", studies=("phases",), default=None)
     drop_category: str | None = _help("divergence, phases: also analyse the pairs without this category, beside "
                                       "the full results (e.g. numeric_vs_named, which can flip a 6-point r).",
-                                      default=None)
+                                      studies=("divergence", "phases"), default=None)
     n_permutations: int = _help("Permutations for the permutation p-values (not used in seed compat).",
-                                default=10_000)
+                                studies=PAIR_STUDIES, default=10_000)
     reference_lstar: int | None = _help("anisotropy: a reference L* to compare with (match within 3 layers: "
-                                        "excellent, within 5: good).", default=None)
+                                        "excellent, within 5: good).", studies=("anisotropy",), default=None)
 
     def __post_init__(self):
         object.__setattr__(self, "models", tuple(self.models))
+        if isinstance(self.layers, (list, tuple)):  # the Python API and YAML take [0, 4, 8] for "0,4,8"
+            if not all(isinstance(x, int) and not isinstance(x, bool) for x in self.layers):
+                raise ConfigError(f"layers {list(self.layers)!r} must be whole numbers, e.g. [0, 4, 8]")
+            object.__setattr__(self, "layers", ",".join(map(str, self.layers)))
         if len(set(self.models)) != len(self.models):
             raise ConfigError(f"a model is listed twice in {list(self.models)}; list each model once")
         if self.compat not in (None, "seed"):
@@ -87,6 +101,11 @@ class StudyConfig:
             raise ConfigError(f"--n-bootstrap {self.n_bootstrap} is too few for a confidence interval; use >= 100")
         if not 0.5 < self.ci_level < 1:
             raise ConfigError(f"confidence level {self.ci_level} must lie between 0.5 and 1")
+        if not 0 <= self.seed < 2**32:
+            raise ConfigError(f"--seed {self.seed} is out of range; use a whole number from 0 to {2**32 - 1}")
+        if self.max_length is not None and self.max_length < 2:
+            raise ConfigError(f"--max-length {self.max_length} is too short; a text needs at least 2 tokens "
+                              "(one to predict from, one to predict)")
         if self.batch_size < 1:
             raise ConfigError(f"batch size must be at least 1, got {self.batch_size}")
         if self.device_map not in (None, "auto"):
