@@ -3,13 +3,40 @@
 Raise a :class:`LayerscopeError` (or a subclass) for anything caused by input:
 its message names the problem and the fix. The CLI prints the message, without a
 traceback, and exits with status 2. Bugs stay ordinary exceptions.
+
+A fix that is spelled differently on the command line and in Python is written once in both
+spellings, and each side shows its own:
+
+    raise OutputError(f"{out} is not empty; choose another {OUT}, or pass {FORCE} to replace it")
+    str(error)            # "... choose another out folder, or pass force=True to replace it"
+    error.cli_message()   # "... choose another --out, or pass --force to replace it" (what the CLI prints)
 """
 
 from __future__ import annotations
 
+import re
+
+_SPELLED = re.compile("\x1e([^\x1e\x1f]*)\x1f([^\x1e\x1f]*)\x1e")
+
+
+def spelled(cli: str, python: str) -> str:
+    """A fix in both spellings, for a :class:`LayerscopeError` message: the CLI shows ``cli``, Python ``python``."""
+    return f"\x1e{cli}\x1f{python}\x1e"
+
+
+FORCE = spelled("--force", "force=True")
+OUT = spelled("--out", "out folder")
+
 
 class LayerscopeError(Exception):
     """Bad input or an unusable environment; the message says what to do."""
+
+    def __str__(self) -> str:
+        return _SPELLED.sub(lambda m: m.group(2), super().__str__())
+
+    def cli_message(self) -> str:
+        """The message as the command line spells it (``--force`` where Python says ``force=True``)."""
+        return _SPELLED.sub(lambda m: m.group(1), super().__str__())
 
 
 class ModelLoadError(LayerscopeError):
@@ -26,3 +53,15 @@ class ExtractionError(LayerscopeError):
 
 class OutputError(LayerscopeError):
     """An output folder that cannot be written without losing something."""
+
+
+class DiskFullError(OutputError):
+    """The disk filled up while an output folder was written; nothing of it is left."""
+
+
+class CacheError(LayerscopeError):
+    """The layerscope cache ($LAYERSCOPE_CACHE) cannot be used: not a folder, or not writable when a write is needed."""
+
+
+class ResultFileError(LayerscopeError):
+    """A run folder's result.json or table.csv is missing, truncated or corrupt."""

@@ -17,15 +17,22 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse.linalg
 
+from .errors import LayerscopeError
+
 CLIP = 1e-10
 EPS = 1e-10
 
 
 def centered(x: np.ndarray) -> np.ndarray:
-    """x - mean(x) in float64 (x: (N, d), N >= 2)."""
+    """x - mean(x) in float64 (x: (N, d), N >= 2, every entry finite)."""
     if len(x) < 2:
         raise ValueError("a covariance needs at least 2 token states")
     xc = np.array(x, dtype=np.float64)
+    if not np.isfinite(xc).all():
+        rows = np.flatnonzero(~np.isfinite(xc).all(axis=1))
+        raise LayerscopeError(f"{len(rows)} of {len(xc)} token states hold NaN or inf (the first is row {rows[0]}); "
+                              "a covariance spectrum needs finite states, so run the model in float32 and check its "
+                              "weights")
     xc -= xc.mean(axis=0)
     return xc
 

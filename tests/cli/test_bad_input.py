@@ -20,6 +20,8 @@ import shutil
 import subprocess
 
 import pytest
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM, BertConfig, BertForMaskedLM
 from typer.testing import CliRunner
 
 import tiny
@@ -28,8 +30,56 @@ from layerscope.cli import app
 runner = CliRunner()
 
 
+def bert_folder(folder):
+    """An encoder-only BERT (saved as BertForMaskedLM) with tiny's tokenizer."""
+    tok = tiny.tokenizer(False)
+    config = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=64)
+    BertForMaskedLM(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def nan_folder(folder):
+    """A tiny Llama with one NaN weight in decoder block 1: hidden states from layer 2 on are NaN."""
+    tiny.save(folder, "llama", adds_bos=False)
+    weights = load_file(folder / "model.safetensors")
+    weights["model.layers.1.mlp.down_proj.weight"][0, 0] = float("nan")
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+def short_gpt2_folder(folder):
+    """A tiny GPT-2 with 16 positions."""
+    tok = tiny.tokenizer(False)
+    config = tiny.config("gpt2", len(tok))
+    config.n_positions = 16
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def corrupt_folder(folder):
+    tiny.save(folder, "llama", adds_bos=False)
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
+    return folder
+
+
+def no_tokenizer_folder(folder):
+    tiny.save(folder, "llama", adds_bos=False)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / name).unlink()
+    return folder
+
+
 MODEL_BUILDERS = {
     "model": lambda folder: tiny.save(folder, "llama", adds_bos=False),
+    "bert": bert_folder,
+    "nan_model": nan_folder,
+    "short_gpt2": short_gpt2_folder,
+    "corrupt_model": corrupt_folder,
+    "no_tokenizer": no_tokenizer_folder,
 }
 """Model folders a case can name as ``{key}``: ``key -> builder(folder) -> folder``."""
 
@@ -71,9 +121,25 @@ def pairs(**categories):
     return json.dumps({name: {"pairs": p} for name, p in categories.items()})
 
 
+def topics(n: int) -> str:
+    """A valid pair dataset of ``n`` categories, two distinct pairs each."""
+    return pairs(**{f"t{c}": [[f"Topic {c} is big, {i}.", f"Topic {c} is small, {i}."] for i in range(2)]
+                    for c in range(n)})
+
+
 GOOD_PAIRS = [["One cat sat here.", "A cat sat here."], ["Two dogs ran.", "Some dogs ran."],
               ["Three birds sang.", "Birds sang."]]
 HIGH = {"resource": "high", "texts": ["The cat sat on the mat.", "Prices rose."]}
+LONG = "The committee will review every application before the end of March, said the chair of the board."
+"""More than 16 tokens for tiny's tokenizer (the positions of ``{short_gpt2}``)."""
+MORE_PAIRS = [["Four fish swam.", "Fish swam."], ["Five owls flew.", "Owls flew."]]
+OTHER_PAIRS = [["Six cows ate.", "Cows ate."], ["Nine bees flew.", "Bees flew."]]
+LAST_PAIRS = [["Ten ants dug.", "Ants dug."], ["Two frogs sat.", "Frogs sat."]]
+LOW = {"resource": "low", "texts": ["Ice floats on water.", "Bread dough rises."]}
+TABLE_HEAD = "model,layer,n_layers,depth,pooling,metric,value,ci_lo,ci_hi,p,n\n"
+RESULT = json.dumps({"schema_version": 1, "study": "divergence", "config": {"study": "divergence"},
+                     "manifest": {"models": []}, "summary": {"warnings": []}}, indent=2)
+"""A result.json that parses but holds none of the study's numbers."""
 
 # (name, files to write {name: text}, command-line arguments; "{model}" and file names are filled in, message)
 CASES = [
@@ -113,6 +179,131 @@ CASES = [
     ("unknown quantization targets", {}, ["ablation", "--targets", "norms"], "unknown --targets"),
     ("missing ablation configs file", {}, ["ablation", "--configs", "missing.json"], "missing.json does not exist"),
     ("missing texts file", {}, ["ablation", "--texts", "missing.json"], "does not exist"),
+    # -- issue 11: data loss (--force, report, sweep reruns) --
+    ("--out . --force", {"notes.txt": "mine", ".layerscope.json": '{"written_by": "layerscope", "kind": "run"}'},
+     ["divergence", "--out", ".", "--force"], "will not write into .: it is the current folder; choose another --out"),
+    ("--out the working folder's full path --force", {"notes.txt": "mine"}, ["divergence", "--out", "{tmp}", "--force"],
+     "it is the current folder"),
+    ("--out $HOME --force", {"home/notes.txt": "mine", "home/.layerscope.json": '{"written_by": "layerscope"}'},
+     ["divergence", "--out", "{tmp}/home", "--force"], "it is your home folder", {"HOME": "{tmp}/home"}),
+    ("--out / --force", {}, ["divergence", "--out", "/", "--force"], "will not write into /: it is the root folder"),
+    ("--out the dataset's folder --force",
+     {"data/d.json": topics(4), "data/.layerscope.json": '{"written_by": "layerscope"}'},
+     ["divergence", "--dataset", "data/d.json", "--out", "data", "--force"], "data/d.json, an input of this run"),
+    ("--out the model folder --force", {}, ["divergence", "--out", "{model}", "--force"],
+     "models0/model, an input of this run; choose another --out"),
+    ("--force on a folder layerscope did not write", {"out/notes.txt": "mine"},
+     ["divergence", "--out", "out", "--force"],
+     "will not replace out: layerscope did not write it (it has no .layerscope.json)"),
+    ("non-empty folder layerscope did not write", {"out/notes.txt": "mine"}, ["divergence", "--out", "out"],
+     "layerscope did not write it (it has no .layerscope.json), so it may hold files of yours: --force will not"),
+    ("suite --out . --force", {"notes.txt": "mine"}, ["--out", ".", "--force"], "it is the current folder"),
+    ("--config inside --out --force", {"prev/c.yaml": "study: divergence\n",
+                                       "prev/.layerscope.json": '{"written_by": "layerscope"}'},
+     ["--config", "prev/c.yaml", "--model", "{model}", "--out", "prev", "--force"],
+     "it holds prev/c.yaml, an input of this run"),
+    ("sweep --out . --force", {"s.yaml": "study: divergence\nmodels: [{model}]\n"},
+     ["sweep", "--config", "s.yaml", "--out", ".", "--force"], "it is the current folder"),
+    ("sweep --force on a folder layerscope did not write", {"s.yaml": "study: divergence\nmodels: [{model}]\n",
+                                                            "out/holiday.png": "mine"},
+     ["sweep", "--config", "s.yaml", "--out", "out", "--force"], "layerscope did not write it"),
+    ("report over the user's own index.html", {"run1/result.json": "{}", "run1/index.html": "<p>my notes</p>\n"},
+     ["report", "run1"], "run1/index.html was not written by layerscope"),
+    # -- issue 11: config files, options and messages --
+    ("YAML alias bomb", {"c.yaml": "study: phases\na0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+                         + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9))
+                         + "layers: *a8\n"}, ["--config", "c.yaml"], "more than the 1000 allowed"),
+    ("duplicate YAML key", {"c.yaml": "study: phases\nphases:\n  seed: 1\n  seed: 2\n"}, ["--config", "c.yaml"],
+     "line 4: the key 'seed' appears twice in one mapping (first on line 3)"),
+    ("TOML text in a .yaml config", {"c.yaml": 'study = "phases"\nseed = 3\n'}, ["--config", "c.yaml"],
+     "holds TOML, not YAML; rename it to c.toml"),
+    ("folder as --config", {"conf.yaml/notes.txt": "mine"}, ["--config", "conf.yaml"], "is a folder, not a file"),
+    ("--batch-size 0", {}, ["divergence", "--batch-size", "0"], "Invalid value for '--batch-size'"),
+    ("--seed abc", {}, ["divergence", "--seed", "abc"], "Invalid value for '--seed'"),
+    ("unknown option", {}, ["divergence", "--bootstraps", "5"], "No such option: --bootstraps"),
+    ("extract --batch-size 0", {}, ["extract", "--model", "{model}", "--batch-size", "0", "--out", "out"],
+     "Invalid value for '--batch-size'"),
+    ("sweep without --config", {}, ["sweep", "--model", "{model}"], "Missing option '--config'"),
+    ("--seed -1", {}, ["divergence", "--seed", "-1"], "--seed -1 is out of range"),
+    ("--seed 2**32", {}, ["anisotropy", "--seed", str(2**32)], f"--seed {2**32} is out of range"),
+    ("seed out of range in a config file", {"c.toml": 'study = "phases"\nseed = -5\n'}, ["--config", "c.toml"],
+     "--seed -5 is out of range"),
+    ("folder as --dataset", {"data/d.json": pairs(a=GOOD_PAIRS, b=GOOD_PAIRS[1:])}, ["divergence", "--dataset", "data"],
+     "data is a folder, not a file; pass a file to --dataset"),
+    ("folder as --prompts", {"p/x.txt": "a\nb\n"}, ["anisotropy", "--prompts", "p"], "is a folder, not a file"),
+    ("folder as --texts", {"t/x.json": "{}"}, ["ablation", "--texts", "t"], "is a folder, not a file"),
+    ("folder as --reference", {"r/x.csv": ""}, ["phases", "--reference", "r"], "is a folder, not a file"),
+    ("ablation --configs with layer 10**9", {"c.json": '{"big": [1000000000]}'}, ["ablation", "--configs", "c.json"],
+     "config 'big': layer 1000000000 is out of range"),
+    ("unused --dataset naming a missing file", {}, ["anisotropy", "--dataset", "missing.json"],
+     "missing.json, which does not exist; it is not used by anisotropy anyway"),
+    ("unused config key naming a missing file", {"c.yaml": "study: ablation\nprompts: nope.txt\n"},
+     ["--config", "c.yaml"], "nope.txt, which does not exist; it is not used by ablation anyway"),
+    # -- issue 11: cache, sweeps, report --
+    ("LAYERSCOPE_CACHE names a file", {"cache.txt": "my notes\n"}, ["divergence"],
+     "cache.txt is a file, not a folder; set LAYERSCOPE_CACHE to another folder",
+     {"LAYERSCOPE_CACHE": "{tmp}/cache.txt"}),
+    ("LAYERSCOPE_CACHE inside a file", {"cache.txt": "my notes\n"}, ["divergence"], "or pass --no-cache",
+     {"LAYERSCOPE_CACHE": "{tmp}/cache.txt/layerscope"}),
+    ("report on a corrupt result.json", {"run1/result.json": "{", "run1/table.csv": TABLE_HEAD}, ["report", "run1"],
+     "cannot read run1/result.json: not valid JSON"),
+    ("report on a truncated result.json", {"run1/result.json": RESULT[:len(RESULT) // 2], "run1/table.csv": TABLE_HEAD,
+                                           "run1/config.yaml": "divergence: {}\n"}, ["report", "run1"],
+     "damaged or truncated: rerun the study: layerscope run --config run1/config.yaml"),
+    ("report on a result.json that is not a result", {"run1/result.json": "[1, 2]", "run1/table.csv": TABLE_HEAD},
+     ["report", "run1"], "run1/result.json is not a layerscope result"),
+    ("report on a result.json without the study's numbers", {"run1/result.json": RESULT, "run1/table.csv": TABLE_HEAD},
+     ["report", "run1"], "run1/result.json lacks what a divergence run writes"),
+    ("report without table.csv", {"run1/result.json": RESULT}, ["report", "run1"], "run1/table.csv is missing"),
+    ("report on a corrupt table.csv", {"run1/result.json": RESULT, "run1/table.csv": 'model,layer\n"a,1\n'},
+     ["report", "run1"], "cannot read run1/table.csv"),
+    ("report on a suite with one corrupt study",
+     {"run1/phases/result.json": "{\"stu", "run1/phases/table.csv": TABLE_HEAD}, ["report", "run1"],
+     "cannot read run1/phases/result.json"),
+    # -- issue 11: models and texts --
+    ("one-category dataset", {"d.json": topics(1)}, ["divergence", "--dataset", "d.json"],
+     "1 category ('t0'); the pair studies (divergence, scaling, phases) need at least 4 categories"),
+    ("two-category dataset", {"d.json": topics(2)}, ["scaling", "--dataset", "d.json"],
+     "a correlation over 2 category means is +1 or -1 whatever the data"),
+    ("three-category dataset", {"d.json": topics(3)}, ["phases", "--dataset", "d.json"],
+     "3 categories ('t0', 't1', 't2'); the pair studies (divergence, scaling, phases) need at least 4"),
+    ("drop-category leaves three", {"d.json": topics(4)},
+     ["divergence", "--dataset", "d.json", "--drop-category", "t2"], "--drop-category 't2' leaves 3 categories"),
+    ("suite with a two-category dataset", {"d.json": topics(2)}, ["--dataset", "d.json"], "need at least 4 categories"),
+    ("encoder-only BERT folder", {}, ["divergence", "--model", "{bert}"],
+     "saved as BertForMaskedLM, which is not a causal LM"),
+    ("NaN weight, pair study", {}, ["divergence", "--model", "{nan_model}"],
+     "computed a NaN or inf hidden state at layer 2 of 0..3"),
+    ("NaN weight, anisotropy", {}, ["anisotropy", "--model", "{nan_model}"],
+     "computed a NaN or inf hidden state at layer 2 of 0..3"),
+    ("NaN weight, ablation", {"t.json": json.dumps({"en": HIGH, "xx": LOW})},
+     ["ablation", "--model", "{nan_model}", "--texts", "t.json"],
+     "computed a NaN or inf hidden state at layer 2 of 0..3"),
+    ("NaN weight, extract", {}, ["extract", "--model", "{nan_model}", "--out", "out"],
+     "computed a NaN or inf hidden state at layer 2 of 0..3"),
+    ("text longer than the model's positions", {"d.json": pairs(a=GOOD_PAIRS, b=[[LONG, "Short one."], *MORE_PAIRS],
+                                                                 c=OTHER_PAIRS, d=LAST_PAIRS)},
+     ["divergence", "--model", "{short_gpt2}", "--dataset", "d.json"],
+     'text 6 ("The committee will review every application ...") has '),
+    ("prompt longer than the model's positions", {"p.txt": f"Short prompt one.\nAnother prompt.\n{LONG}\n"},
+     ["anisotropy", "--model", "{short_gpt2}", "--prompts", "p.txt"], "more than the 16 positions of model"),
+    ("ablation text longer than the model's positions",
+     {"t.json": json.dumps({"en": HIGH, "xx": {"resource": "low", "texts": [LONG, "Ice floats."]}})},
+     ["ablation", "--model", "{short_gpt2}", "--texts", "t.json"], "more than the 16 positions of model"),
+    ("--max-length above the model's positions", {}, ["anisotropy", "--model", "{short_gpt2}", "--max-length", "64"],
+     "--max-length 64 is above that limit: lower it to 16"),
+    ("single-token text in a pair", {"d.json": pairs(a=GOOD_PAIRS, b=[["7", "Seven."], *MORE_PAIRS], c=OTHER_PAIRS,
+                                                     d=LAST_PAIRS)},
+     ["divergence", "--dataset", "d.json"], 'text 6 ("7") has only 1 token'),
+    ("single-token ablation text",
+     {"t.json": json.dumps({"en": HIGH, "xx": {"resource": "low", "texts": ["7", "Ice."]}})},
+     ["ablation", "--texts", "t.json"], 'text 2 ("7") has only 1 token'),
+    ("corrupt safetensors file", {}, ["divergence", "--model", "{corrupt_model}"],
+     "model.safetensors is not a readable safetensors file"),
+    ("file that is not GGUF", {"m.gguf": b"not a gguf file"}, ["divergence", "--model", "m.gguf"],
+     "m.gguf is not a GGUF file"),
+    ("model folder without tokenizer files", {}, ["divergence", "--model", "{no_tokenizer}"],
+     "has no tokenizer files"),
 ]
 
 

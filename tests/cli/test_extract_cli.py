@@ -32,7 +32,7 @@ def test_extract_writes_activations_and_manifest(tmp_path, model_dir, dataset):
     result = runner.invoke(app, ["extract", "--model", str(model_dir), "--dataset", str(dataset), "--out", str(out),
                                  "--batch-size", "3", "--compat", "seed"])
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in out.iterdir()) == ["activations.npz", "manifest.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".layerscope.json", "activations.npz", "manifest.json"]
     acts = Activations.load(out / "activations.npz")
     pairs = load_pairs(dataset)
     assert acts.texts == pairs.texts()
@@ -74,9 +74,14 @@ def test_existing_out_folder_is_kept_without_force(tmp_path, model_dir, dataset)
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and "--force" in result.output
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    result = runner.invoke(app, args + ["--force"])  # issue 11: --force replaces only a folder layerscope wrote
+    assert result.exit_code == 2 and "layerscope did not write it" in result.output
+    assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "mine"
+    (out / "notes.txt").unlink()
+    assert runner.invoke(app, args).exit_code == 0  # an empty folder is filled
     result = runner.invoke(app, args + ["--force"])
     assert result.exit_code == 0
-    assert sorted(p.name for p in out.iterdir()) == ["activations.npz", "manifest.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".layerscope.json", "activations.npz", "manifest.json"]
 
 
 def test_second_cli_run_is_served_from_cache(tmp_path, model_dir, dataset):

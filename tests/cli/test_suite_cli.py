@@ -31,7 +31,7 @@ def three_studies(tmp_path):
 
 def test_suite_writes_every_study_config_and_index(tiny_suite):
     folder, args = tiny_suite
-    assert {p.name for p in folder.iterdir()} == {*SUITE, "config.yaml", "index.html"}
+    assert {p.name for p in folder.iterdir()} == {*SUITE, "config.yaml", "index.html", ".layerscope.json"}
     for name in SUITE:
         result = StudyResult.load(folder / name)
         assert result.study == name and len(result.table) > 0
@@ -112,7 +112,8 @@ def test_a_suite_config_file_runs_its_studies_with_shared_and_own_settings(tmp_p
     path.write_text(text)
     result = run("--config", path, "--model", args[1], "--n-permutations", 150, "--out", tmp_path / "o")
     assert result.exit_code == 0, result.output
-    assert {p.name for p in (tmp_path / "o").iterdir()} == {"divergence", "phases", "config.yaml", "index.html"}
+    assert {p.name for p in (tmp_path / "o").iterdir()} == {"divergence", "phases", "config.yaml", "index.html",
+                                                          ".layerscope.json"}
     phases = StudyResult.load(tmp_path / "o" / "phases").config
     divergence = StudyResult.load(tmp_path / "o" / "divergence").config
     assert (phases["seed"], phases["n_bootstrap"], divergence["seed"], divergence["n_bootstrap"]) == (3, 150, 3, 10_000)

@@ -19,7 +19,7 @@ def test_layerscope_run_writes_every_study_and_a_page_chromium_renders(tmp_path)
     done = subprocess.run([str(layerscope), "run"], cwd=tmp_path, capture_output=True, text=True, timeout=3000)
     assert done.returncode == 0, done.stderr[-3000:]
     (folder,) = (tmp_path / "runs").iterdir()
-    assert {p.name for p in folder.iterdir()} == {*SUITE, "config.yaml", "index.html"}
+    assert {p.name for p in folder.iterdir()} == {*SUITE, "config.yaml", "index.html", ".layerscope.json"}
     models = {name: json.loads((folder / name / "result.json").read_text())["config"]["models"] for name in SUITE}
     assert models == {**{name: ["smollm2-135m"] for name in SUITE}, "scaling": ["smollm2-135m", "gemma3-270m"]}
     for name in SUITE:

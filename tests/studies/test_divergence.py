@@ -156,9 +156,9 @@ def test_an_unknown_or_too_large_drop_is_a_config_error_before_any_model_loads(m
     monkeypatch.setattr(inputs, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     with pytest.raises(ConfigError, match="'nope' is not a category.*choose one of .*numeric_vs_named"):
         Divergence().run(StudyConfig(study="divergence", models=("smollm2-135m",), drop_category="nope"))
-    three = {name: {"pairs": [[f"{name} a{i}", f"{name} b{i}"] for i in range(3)]} for name in ("x", "y", "z")}
-    (tmp_path / "three.json").write_text(json.dumps(three))
-    with pytest.raises(ConfigError, match="leaves 2 categories.*at least 3"):
+    four = {name: {"pairs": [[f"{name} a{i}", f"{name} b{i}"] for i in range(3)]} for name in ("w", "x", "y", "z")}
+    (tmp_path / "three.json").write_text(json.dumps(four))
+    with pytest.raises(ConfigError, match="leaves 3 categories.*at least 4"):
         Divergence().run(StudyConfig(study="divergence", models=("smollm2-135m",), dataset=str(tmp_path / "three.json"),
                                      drop_category="x"))
 

@@ -1,4 +1,12 @@
-"""The Typer app, logging set-up, and the rule that input errors exit with status 2."""
+"""The Typer app, logging set-up, and the rule that input errors are one ``error:`` line and exit status 2.
+
+    @app.command("name")
+    @user_errors                 # a LayerscopeError -> one error line, exit 2
+    def name_command(...): ...
+
+Usage errors that Typer finds before a command runs (``--batch-size 0``, ``--seed abc``, an
+unknown option, a missing argument) go through the same line, from every command.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +16,47 @@ import sys
 from collections.abc import Callable
 
 import typer
+from typer.core import TyperGroup
 
 from ..errors import LayerscopeError
 
+try:  # typer >= 0.26 carries its own copy of click
+    from typer._click.exceptions import ClickException
+except ImportError:  # pragma: no cover
+    from click.exceptions import ClickException
+
+
+def print_error(message: str) -> None:
+    """The one line every input error ends in, on stderr."""
+    typer.echo(f"error: {' '.join(message.split())}", err=True)
+
+
+class OneLineErrors(TyperGroup):
+    """Runs a command as Typer does, but prints a usage error of any command (a bad option value, an
+    unknown option, a missing argument or file) as one ``error:`` line and exits with status 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except ClickException as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # `layerscope` alone: the help, as Typer shows it
+                if self.rich_markup_mode is None:
+                    exc.show()
+                sys.exit(exc.exit_code)
+            ctx = getattr(exc, "ctx", None)
+            command = ctx.command_path if ctx is not None else "layerscope"
+            print_error(f"{exc.format_message().rstrip('.')}; see `{command} --help`")
+            sys.exit(2)
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=OneLineErrors,
     name="layerscope",
     help="Layer-wise analysis of transformer language models: extract every layer's "
     "representations once, then analyse them.",
@@ -54,7 +99,7 @@ def user_errors(command: Callable) -> Callable:
         try:
             return command(*args, **kwargs)
         except LayerscopeError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            print_error(exc.cli_message())  # --force where Python says force=True
             raise typer.Exit(code=2) from None
 
     return wrapper

@@ -43,6 +43,9 @@ def extract_command(
                                   "(token 0 always dropped from mean pooling). Default: the corrected method "
                                   "(a BOS token dropped by its id)."),
     batch_size: int = typer.Option(16, "--batch-size", min=1, help="Texts per forward pass."),
+    max_length: int = typer.Option(None, "--max-length", help="Truncate every text to this many tokens (recorded "
+                                   "in the manifest). Default: no truncation, and a text longer than the model's "
+                                   "maximum positions is an error naming it."),
     dtype: DType = typer.Option(DType.float32, "--dtype", help="One dtype for every parameter."),
     device: str = typer.Option(None, "--device", help="cpu, cuda or cuda:N. Default: cuda if present, else cpu."),
     device_map: str = typer.Option(None, "--device-map", help="'auto' spreads a big model over all GPUs "
@@ -56,13 +59,14 @@ def extract_command(
     vectors (mean, last, first) and each text's NLL, and print a per-category summary."""
     setup_logging(verbose)
     started = time.perf_counter()
-    out = check_out_dir(out or Path("runs") / f"extract-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}", force)
+    inputs = [str(p) for p in (dataset, model) if p is not None and Path(p).exists()]  # never replaced by --out
+    out = check_out_dir(out or Path("runs") / f"extract-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}", force, inputs)
     pairs = load_pairs(dataset)
     lm = load_model(model, dtype=dtype.value, device=device, device_map=device_map)
     loaded = time.perf_counter()
     acts = extract(lm, pairs.texts(), compat=compat.value if compat else None, batch_size=batch_size,
-                   cache=not no_cache)
-    with staged_dir(out, force=force) as tmp:
+                   max_length=max_length, cache=not no_cache)
+    with staged_dir(out, force=force, kind="extract", inputs=inputs) as tmp:
         acts.save(tmp / "activations.npz")
         atomic_write_json(tmp / "manifest.json", manifest(acts, pairs, load_s=loaded - started,
                                                           total_s=time.perf_counter() - started))

@@ -16,6 +16,7 @@ from ..io import check_out_dir
 from ..studies import StudyConfig, get_study, run_study
 from ..studies.config import ConfigError
 from ..studies.config_file import dump_configs, read_config_file, resolve_configs
+from ..studies.output import input_paths
 from ..studies.suite import check_inputs, find_partial, run_suite, with_default_models
 from ..sweep import SweepPlan
 from .app import app, setup_logging, user_errors
@@ -103,6 +104,7 @@ def run_command(
         found = resolve_configs({"study": study} if study else None, overrides)
         single = study is not None
     stamp = f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
+    inputs = [config_file] if config_file is not None else []  # --out never replaces a folder holding it
     if executor is not None:
         if not single:
             raise ConfigError("--executor sweeps one study over its models; name the study, e.g. "
@@ -110,13 +112,13 @@ def run_command(
         (name, config), = found.items()
         config = with_default_models({name: config})[name]
         plan = SweepPlan(config, executor=executor.value, ray_address=ray_address, workers=workers)
-        finish_sweep(plan, out or Path("runs") / f"sweep-{name}-{stamp}", force)
+        finish_sweep(plan, out or Path("runs") / f"sweep-{name}-{stamp}", force, inputs)
         return
     if ray_address is not None or workers is not None:
         raise ConfigError("--ray-address and --workers need --executor ray")
     if single:
         (name, config), = found.items()
-        out = check_out_dir(out or Path("runs") / f"{name}-{stamp}", force)
+        out = check_out_dir(out or Path("runs") / f"{name}-{stamp}", force, [*inputs, *input_paths(config.to_dict())])
         check_inputs(config)
         result = run_study(config)
         result.write(out, force=force)
@@ -127,6 +129,6 @@ def run_command(
     if out is None:
         resolved = dump_configs({n: c.to_dict() for n, c in with_default_models(found).items()})
         out = find_partial(Path("runs"), resolved) or Path("runs") / stamp
-    run_suite(found, out, force=force, echo=typer.echo)
+    run_suite(found, out, force=force, echo=typer.echo, inputs=inputs)
     typer.echo(f"wrote {out}/index.html and one folder per study ({', '.join(found)})")
 

@@ -56,12 +56,13 @@ def sweep_command(
                            executor=executor and executor.value, ray_address=ray_address, workers=workers,
                            gpus_per_task=gpus_per_task)
     stamp = f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
-    finish_sweep(plan, out or Path("runs") / f"sweep-{plan.config.study}-{stamp}", force)
+    finish_sweep(plan, out or Path("runs") / f"sweep-{plan.config.study}-{stamp}", force, [config_file])
 
 
-def finish_sweep(plan: SweepPlan, out: Path, force: bool) -> None:
-    """Run the sweep, print where it went; exit 1 when a task failed (after writing everything else)."""
-    summary = run_sweep(plan, out, force=force, echo=typer.echo)
+def finish_sweep(plan: SweepPlan, out: Path, force: bool, inputs: tuple[Path, ...] | list[Path] = ()) -> None:
+    """Run the sweep, print where it went; exit 1 when a task failed (after writing everything else).
+    ``inputs``: the config file, which ``out`` may not hold."""
+    summary = run_sweep(plan, out, force=force, echo=typer.echo, inputs=inputs)
     typer.echo(f"wrote {out}/ (index.html, table.csv, sweep.json, figures; one folder per task under tasks/)")
     if summary["n_failed"]:
         typer.echo(f"error: {summary['n_failed']} of {len(summary['tasks'])} tasks failed (see {out}/sweep.json); "

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import DatasetError
 from ..provenance import sha256_json
-from .pairs import _short, check_text, parse_json, read_text
+from .pairs import _short, check_text, parse_json, read_text, require_file
 
 RESOURCES = ("high", "low")
 
@@ -60,8 +60,7 @@ def load_languages(path: str | os.PathLike | None = None) -> LanguageTexts:
     Any problem with the file raises :class:`DatasetError` naming the file, the language and the fix.
     """
     path = Path(path) if path is not None else bundled_languages_path()
-    if not path.is_file():
-        raise DatasetError(f"texts file {path} does not exist; check --texts")
+    require_file(path, "texts file", "--texts")
     data = parse_json(path, read_text(path))
     if not isinstance(data, dict) or not data:
         raise DatasetError(f'{path}: expected a JSON object {{lang: {{"resource": "high"|"low", "texts": [...]}}}}')

@@ -34,6 +34,17 @@ from ..errors import DatasetError
 from ..provenance import sha256_json
 
 MIN_PAIRS_PER_CATEGORY = 2
+MIN_CATEGORIES = 4
+"""Fewest categories the pair studies (divergence, scaling, phases) run on; :func:`check_categories`.
+
+Divergence and scaling correlate per-category means: over 2 points r is +1 or -1 whatever the data,
+over 3 it has a single degree of freedom, and its Fisher-z interval, tanh(atanh(r) -+ z / sqrt(n - 3)),
+exists only from 4 on, so 4 is the least n at which r, its p and its interval all mean something (the
+reports still warn below 10). Phases takes the same minimum, so one dataset runs in every pair study
+(a suite runs them together); ``--drop-category`` must leave as many."""
+CATEGORY_RULE = (f"the pair studies (divergence, scaling, phases) need at least {MIN_CATEGORIES} categories: a "
+                 "correlation over 2 category means is +1 or -1 whatever the data, and with fewer than "
+                 f"{MIN_CATEGORIES} it has no confidence interval")
 
 
 @dataclass(frozen=True)
@@ -78,8 +89,7 @@ def load_pairs(path: str | os.PathLike | None = None) -> PairDataset:
     Any problem with the file raises :class:`DatasetError` naming the file, the place in it and the fix.
     """
     path = Path(path) if path is not None else bundled_pairs_path()
-    if not path.is_file():
-        raise DatasetError(f"dataset file {path} does not exist; check the path")
+    require_file(path, "dataset file", "--dataset")
     readers = {".json": _read_json, ".jsonl": _read_jsonl, ".csv": _read_csv}
     reader = readers.get(path.suffix.lower())
     if reader is None:
@@ -89,6 +99,19 @@ def load_pairs(path: str | os.PathLike | None = None) -> PairDataset:
         raise DatasetError(f"{path}: no categories; a dataset needs at least one category of pairs")
     _check_distinct(path, categories)
     return PairDataset(categories=tuple(categories), source=str(path))
+
+
+def check_categories(pairs: PairDataset) -> PairDataset:
+    """``pairs = check_categories(load_pairs(path))``: the dataset, if a pair study can run on it.
+
+    Raises :class:`DatasetError` naming the file and its categories when it has fewer than ``MIN_CATEGORIES``.
+    """
+    n = len(pairs.categories)
+    if n < MIN_CATEGORIES:
+        names = ", ".join(_short(c.name) for c in pairs.categories)
+        raise DatasetError(f"{pairs.source}: {n} {'category' if n == 1 else 'categories'} ({names}); "
+                           f"{CATEGORY_RULE}, so add categories of pairs to the dataset")
+    return pairs
 
 
 def _check_distinct(path: Path, categories: list[Category]) -> None:
@@ -104,6 +127,27 @@ def _check_distinct(path: Path, categories: list[Category]) -> None:
                 raise DatasetError(f"{path}: {where} is a duplicate of {seen[pair]} ({_short(list(pair))}); "
                                    "every pair must be distinct, so remove or reword one")
             seen[pair] = where
+
+
+def file_problem(path: Path, option: str | None = None) -> str | None:
+    """``file_problem(Path("data"), "--dataset")  # 'is a folder, not a file; pass a file to --dataset'``: why
+    ``path`` cannot be read as an input file, completing a sentence that starts with its name (None: it can be)."""
+    try:
+        folder, exists = path.is_dir(), path.exists()
+    except OSError as exc:  # e.g. a name too long for the file system
+        return f"cannot be used ({exc.strerror}); check {option or 'the path'}"
+    if folder:
+        return f"is a folder, not a file; pass {f'a file to {option}' if option else 'a file in it'}"
+    if not exists:
+        return f"does not exist; check {option or 'the path'}"
+    return None
+
+
+def require_file(path: Path, what: str, option: str | None = None) -> None:
+    """``require_file(path, "texts file", "--texts")``: :class:`DatasetError` (``"texts file X does not exist;
+    check --texts"``) unless ``path`` is a file."""
+    if problem := file_problem(path, option):
+        raise DatasetError(f"{what} {path} {problem}")
 
 
 def read_text(path: Path) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import DatasetError
 from ..provenance import sha256_json
-from .pairs import read_text, split_lines
+from .pairs import read_text, require_file, split_lines
 
 MIN_PROMPTS = 2
 
@@ -43,8 +43,7 @@ def load_prompts(path: str | os.PathLike | None = None) -> PromptSet:
     is not UTF-8 or has fewer than ``MIN_PROMPTS`` prompts raises :class:`DatasetError`.
     """
     path = Path(path) if path is not None else bundled_prompts_path()
-    if not path.is_file():
-        raise DatasetError(f"prompts file {path} does not exist; check --prompts")
+    require_file(path, "prompts file", "--prompts")
     texts, kinds, kind = [], [], None
     for line in (raw.strip() for raw in split_lines(read_text(path))):
         if line.startswith("#"):

@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import DatasetError
+from .pairs import read_text, require_file
 
 
 def bundled_reference_path() -> Path:
@@ -22,9 +23,8 @@ def bundled_reference_path() -> Path:
 
 def load_phase_reference(path: str | os.PathLike | None = None) -> list[dict]:
     path = Path(path) if path is not None else bundled_reference_path()
-    if not path.is_file():
-        raise DatasetError(f"reference file {path} does not exist; check --reference")
-    reader = csv.DictReader(io.StringIO(path.read_text(encoding="utf-8"), newline=""))
+    require_file(path, "reference file", "--reference")
+    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
     if reader.fieldnames is None or not {"model", "early", "mid", "late"} <= set(reader.fieldnames):
         raise DatasetError(f"{path}: expected a CSV header with the columns model,early,mid,late")
     rows = []

@@ -13,10 +13,12 @@ import io
 import json
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..errors import ExtractionError
 from ..io import atomic_file
 from ..models.info import ModelInfo
 
@@ -88,6 +90,16 @@ class Activations:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Activations:
+        """``Activations.load("runs/extract-X")``: a file :meth:`save` wrote, or the folder holding its
+        ``activations.npz`` (what ``layerscope extract`` writes), as :meth:`StudyResult.load` takes a run folder."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / "activations.npz"
+            if not path.is_file():
+                raise ExtractionError(f"{path.parent} holds no activations.npz; pass a folder written by "
+                                      "`layerscope extract` or a file written by Activations.save")
+        elif not path.is_file():
+            raise ExtractionError(f"activations file {path} does not exist; check the path")
         with np.load(path) as z:
             meta = json.loads(z["meta"].tobytes())
             settings = meta["settings"]

@@ -31,8 +31,9 @@ from ..models.load import LoadedModel
 from ..paths import activations_dir
 from ..provenance import sha256_json
 from .activations import Activations, ExtractSettings, ExtractStats
-from .batching import Batch, collate, pad_id, plan_batches, token_budget, tokenize
+from .batching import Batch, collate, pad_id, plan_batches, token_budget
 from .cache import BatchStore
+from .guards import check_finite, encode
 from .pooling import POOLINGS, mean_mask, pool, token_nll
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def extract(
     settings = _validate(texts, poolings, compat, batch_size, max_length, padding_side)
     texts = list(texts)
     start = time.perf_counter()
-    ids = tokenize(lm.tokenizer, texts, max_length)
+    ids = encode(lm, texts, max_length, min_tokens=2)  # every text fits the model and has a next token
     batches = plan_batches([len(x) for x in ids], batch_size, token_budget(lm.info.vocab_size))
     fingerprint = sha256_json({
         "format": FORMAT_VERSION, "weights": lm.info.weights_hash, "revision": lm.info.revision,
@@ -79,7 +80,7 @@ def extract(
                   disable=None if progress is None else not progress, leave=False) as bar:
             for b in todo:
                 batch = collate([ids[i] for i in batches[b]], batches[b], pad_id(lm.tokenizer), padding_side)
-                parts[b] = run_batch(lm, batch, settings)
+                parts[b] = run_batch(lm, batch, settings, texts=texts)
                 if store:
                     store.put(b, parts[b])
                 bar.update()
@@ -94,15 +95,19 @@ def extract(
 
 
 @torch.inference_mode()
-def run_batch(lm: LoadedModel, batch: Batch, settings: ExtractSettings) -> dict[str, np.ndarray]:
-    """One forward pass over ``batch``; arrays in the batch's row order."""
+def run_batch(lm: LoadedModel, batch: Batch, settings: ExtractSettings,
+              texts: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """One forward pass over ``batch``; arrays in the batch's row order. ``ExtractionError`` naming
+    the layer and the text (from ``texts``, the caller's list) if a pooled vector or NLL is not finite."""
     batch = batch.to(input_device(lm.model))
     out = lm.model(**batch.model_inputs(), output_hidden_states=True, use_cache=False)
     mask = mean_mask(batch, lm.tokenizer.bos_token_id, settings.compat)
     per_layer = [pool(h.to(batch.input_ids.device), batch, mask, settings.poolings) for h in out.hidden_states]
-    arrays = {f"pooled_{p}": torch.stack([layer[p] for layer in per_layer], dim=1).cpu().numpy()
-              for p in settings.poolings}
+    pooled = {p: torch.stack([layer[p] for layer in per_layer], dim=1) for p in settings.poolings}
     nll_sum, n_scored = token_nll(out.logits.to(batch.input_ids.device), batch)
+    bad_layers = torch.stack([(~torch.isfinite(x)).any(dim=-1) for x in pooled.values()]).any(dim=0)
+    check_finite(lm, texts, batch.index, bad_layers=bad_layers, bad_nll=~torch.isfinite(nll_sum))
+    arrays = {f"pooled_{p}": x.cpu().numpy() for p, x in pooled.items()}
     arrays["nll_sum"] = nll_sum.cpu().numpy()
     arrays["n_scored"] = n_scored.cpu().numpy()
     arrays["n_tokens"] = batch.attention_mask.sum(dim=1).cpu().numpy()
@@ -149,8 +154,8 @@ def _reusable(store: BatchStore, batches: list[np.ndarray], lm: LoadedModel,
             continue
         expect = {f"pooled_{p}": (len(index), lm.info.n_layers + 1, lm.info.hidden_size) for p in settings.poolings}
         expect.update({k: (len(index),) for k in ("nll_sum", "n_scored", "n_tokens")})
-        if {k: v.shape for k, v in arrays.items()} == expect:
-            found[b] = arrays
+        if {k: v.shape for k, v in arrays.items()} == expect and all(np.isfinite(v).all() for v in arrays.values()):
+            found[b] = arrays  # a stored NaN (from before the finite check) is computed again, and reported
         else:
             store.discard(b)
     return found

@@ -22,7 +22,8 @@ from tqdm.auto import tqdm
 from ..errors import ExtractionError
 from ..models.info import input_device
 from ..models.load import LoadedModel
-from .batching import collate, pad_id, plan_batches, token_budget, tokenize
+from .batching import collate, pad_id, plan_batches, token_budget
+from .guards import check_finite, encode
 
 
 @dataclass(frozen=True)
@@ -42,11 +43,13 @@ class TokenStates:
 
 
 @torch.inference_mode()
-def token_states(lm: LoadedModel, texts: Sequence[str], *, batch_size: int = 16,
+def token_states(lm: LoadedModel, texts: Sequence[str], *, batch_size: int = 16, max_length: int | None = None,
                  progress: bool | None = None) -> TokenStates:
+    """``ExtractionError`` before any forward pass for a text longer than the model's maximum positions
+    (``max_length`` truncates), and after a batch whose hidden states hold NaN or inf, naming layer and text."""
     if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
         raise ExtractionError("token_states needs a non-empty list of non-empty texts")
-    ids = tokenize(lm.tokenizer, texts)
+    ids = encode(lm, texts, max_length)
     lengths = np.array([len(x) for x in ids])
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     layers = np.empty((lm.info.n_layers + 1, offsets[-1], lm.info.hidden_size), dtype=np.float32)
@@ -57,6 +60,9 @@ def token_states(lm: LoadedModel, texts: Sequence[str], *, batch_size: int = 16,
         batch = collate([ids[i] for i in index], index, pad_id(lm.tokenizer)).to(device)
         out = lm.model(**batch.model_inputs(), output_hidden_states=True, use_cache=False)
         real = batch.attention_mask.bool()
+        bad_layers = torch.stack([((~torch.isfinite(h.to(device))).any(dim=-1) & real).any(dim=1)
+                                  for h in out.hidden_states], dim=1)
+        check_finite(lm, texts, index, bad_layers=bad_layers)
         for layer, hidden in enumerate(out.hidden_states):
             rows = hidden.to(device)[real].float().cpu().numpy()  # row-major: text by text, in order
             start = 0

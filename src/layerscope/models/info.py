@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..errors import ModelLoadError
+from .checks import check_causal, check_decoder_config
 
 _PROBE_TEXT = "Layer by layer, the model reads this short probe sentence."
 
@@ -44,6 +45,8 @@ class ModelInfo:
     """SHA-256 over parameter and buffer names, dtypes, shapes and bytes."""
     dtype: str
     device: str
+    max_positions: int | None = None
+    """The most tokens one text may have (``max_position_embeddings`` or ``n_positions``); ``None``: no limit."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -52,6 +55,17 @@ class ModelInfo:
 def text_config(model: nn.Module):
     config = model.config
     return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def max_positions(model: nn.Module) -> int | None:
+    """The longest text the model was built for: ``max_position_embeddings``, ``n_positions`` (GPT-2) or
+    ``max_seq_len``; ``None`` when the config names no limit."""
+    config = text_config(model)
+    for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
@@ -87,7 +101,7 @@ def last_hidden_is_normed(model: nn.Module, tokenizer) -> bool:
 
     handle = layers[-1].register_forward_hook(hook)
     try:
-        ids = torch.tensor([tokenizer(_PROBE_TEXT)["input_ids"]], device=input_device(model))
+        ids = torch.tensor([probe_ids(model, tokenizer, _PROBE_TEXT)], device=input_device(model))
         out = model(input_ids=ids, output_hidden_states=True)
     finally:
         handle.remove()
@@ -98,6 +112,13 @@ def last_hidden_is_normed(model: nn.Module, tokenizer) -> bool:
         )
     last = out.hidden_states[-1]
     return not torch.equal(captured[-1].to(last.device), last)
+
+
+def probe_ids(model: nn.Module, tokenizer, text: str) -> list[int]:
+    """Token ids of a probe ``text``, cut to the model's maximum positions."""
+    ids = list(tokenizer(text)["input_ids"])
+    limit = max_positions(model)
+    return ids[:limit] if limit else ids
 
 
 def weights_hash(model: nn.Module) -> str:
@@ -121,6 +142,9 @@ def input_device(model: nn.Module) -> torch.device:
 
 
 def describe(model: nn.Module, tokenizer, *, name: str, source: str, revision: str | None = None) -> ModelInfo:
+    """The facts about ``model``; ``ModelLoadError`` if it is not a decoder-only causal LM."""
+    check_decoder_config(model, name)
+    check_causal(model, tokenizer, name)
     config = text_config(model)
     dtypes = {p.dtype for p in model.parameters()}
     return ModelInfo(
@@ -137,4 +161,5 @@ def describe(model: nn.Module, tokenizer, *, name: str, source: str, revision: s
         weights_hash=weights_hash(model),
         dtype=str(dtypes.pop()).removeprefix("torch.") if len(dtypes) == 1 else "mixed",
         device=str(input_device(model)),
+        max_positions=max_positions(model),
     )

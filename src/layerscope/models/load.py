@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 
 from ..errors import ModelLoadError
+from .checks import check_decoder_config, check_folder, check_trained, first_line, missing_tokenizer
 from .info import ModelInfo, describe
 from .zoo import DEFAULT_MODEL, ZOO, converted_gguf, zoo_folder
 
@@ -75,7 +78,7 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 
 def load_model(
-    spec: str = DEFAULT_MODEL,
+    spec: str | LoadedModel = DEFAULT_MODEL,
     dtype: str | torch.dtype | None = None,
     device: str | torch.device | None = None,
     *,
@@ -87,8 +90,11 @@ def load_model(
     ``spec`` is a zoo name (``smollm2-135m``, ``gemma3-270m``), a local folder, a ``.gguf``
     file, or a Hugging Face hub id, optionally ``ID@REVISION``. ``device`` defaults to CUDA
     when present, else CPU; ``device_map="auto"`` spreads a big model over all GPUs instead
-    (every weight must fit: weights offloaded to CPU or disk are an error).
+    (every weight must fit: weights offloaded to CPU or disk are an error). A :class:`LoadedModel`
+    (``LoadedModel.wrap(...)``) is returned as it is, so one can stand wherever a spec does.
     """
+    if isinstance(spec, LoadedModel):
+        return spec
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_dtype = resolve_dtype(dtype)
@@ -102,14 +108,29 @@ def load_model(
         kwargs["device_map"] = device_map
     if is_hub and not _hub_reachable():
         kwargs["local_files_only"] = True
+    if not is_hub:
+        check_folder(Path(source))
     try:
         tok_kwargs = {k: kwargs[k] for k in ("revision", "local_files_only") if k in kwargs}
         tokenizer = AutoTokenizer.from_pretrained(source, **tok_kwargs)
-        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     except (OSError, ValueError) as exc:
         if is_hub:
             raise _hub_error(spec, revision, kwargs.get("local_files_only", False), exc) from None
-        raise ModelLoadError(f"could not load a causal LM from {source}: {exc}") from None
+        raise missing_tokenizer(Path(source)) or ModelLoadError(
+            f"could not load the tokenizer of {source}: {first_line(exc)}") from None
+    try:
+        model, loading = AutoModelForCausalLM.from_pretrained(source, output_loading_info=True, **kwargs)
+    except (OSError, ValueError, SafetensorError) as exc:
+        if is_hub:
+            raise _hub_error(spec, revision, kwargs.get("local_files_only", False), exc) from None
+        kind = re.search(r"Unrecognized configuration class .*?(\w+)'>", str(exc))
+        if kind:
+            raise ModelLoadError(f"{source} holds a {kind[1].removesuffix('Config')} model, which transformers "
+                                 "cannot load as a causal LM (it is not decoder-only); use a decoder-only causal "
+                                 "LM (e.g. GPT-2, Llama, Pythia, SmolLM2)") from None
+        raise ModelLoadError(f"could not load a causal LM from {source}: {first_line(exc)}") from None
+    check_decoder_config(model, spec)
+    check_trained(model, loading, spec)
     _check_resident(model, spec)
     if device_map is None:
         model.to(device=resolve_device(device))

@@ -10,6 +10,7 @@ loads take about a second.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib.util
 import logging
@@ -18,11 +19,11 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from ..errors import ModelLoadError
 from ..io import staged_dir
-from ..paths import models_dir
+from ..paths import cache_error, models_dir
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ def zoo_folder(name: str) -> Path:
 
 def converted_gguf(path: Path) -> Path:
     """A safetensors folder for the GGUF file at ``path``, converted on first use."""
+    check_gguf(path)  # before the lock file: a file that is not GGUF leaves nothing in the cache
     stat = path.stat()
     key = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     dest = models_dir() / f"gguf-{path.stem}-{key}"
@@ -103,26 +105,60 @@ def converted_gguf(path: Path) -> Path:
 def _convert_once(dest: Path, locate: Callable[[Path], Path]) -> Path:
     if dest.is_dir():
         return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(dest) + ".lock"):
+    lock = Path(str(dest) + ".lock")
+    try:  # a read-only cache serves converted models; converting one needs a writable cache
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        probe = FileLock(str(lock))
+        probe.acquire(timeout=0)
+        probe.release()
+    except Timeout:
+        pass  # another process is converting it: wait for it below
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            raise
+        raise cache_error(dest, exc, doing="convert the model into") from None
+    with FileLock(str(lock)):
         if dest.is_dir():  # another process converted it while we waited
             return dest
-        with staged_dir(dest) as tmp:
-            gguf = locate(tmp / "scratch")
-            log.info("converting %s to safetensors under %s (once)", gguf, dest)
-            _convert(gguf, tmp)
-            for leftover in (tmp / "scratch").glob("*"):
-                leftover.unlink()
-            if (tmp / "scratch").exists():
-                (tmp / "scratch").rmdir()
+        try:
+            with staged_dir(dest, kind="model") as tmp:  # removes a killed conversion's partial first
+                gguf = locate(tmp / "scratch")
+                log.info("converting %s to safetensors under %s (once)", gguf, dest)
+                _convert(gguf, tmp)
+                for leftover in (tmp / "scratch").glob("*"):
+                    leftover.unlink()
+                if (tmp / "scratch").exists():
+                    (tmp / "scratch").rmdir()
+        except BaseException:
+            lock.unlink(missing_ok=True)  # a failed conversion leaves nothing in the cache, its lock file neither
+            raise
     return dest
+
+
+GGUF_MAGIC = b"GGUF"
+
+
+def check_gguf(path: Path) -> None:
+    """Raise unless ``path`` starts with the GGUF magic bytes."""
+    with open(path, "rb") as f:
+        magic = f.read(len(GGUF_MAGIC))
+    if magic != GGUF_MAGIC:
+        raise ModelLoadError(f"{path} is not a GGUF file (it does not start with the bytes 'GGUF'); it is corrupt, "
+                             "truncated or of another format: download it again, or pass the model's folder")
 
 
 def _convert(gguf: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    check_gguf(gguf)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    except (OSError, ValueError, KeyError, EOFError) as exc:
+        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise ModelLoadError(f"could not convert the GGUF file {gguf} ({first}); it may be truncated or of an "
+                             "architecture transformers cannot read: download it again, or use a model folder"
+                             ) from None
     model.hf_quantizer = None  # the weights are already dequantized; save them as plain tensors
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config

@@ -51,9 +51,27 @@ def write_index(folder: Path, name: str | None = None) -> Path:
         raise OutputError(f"{folder} holds no finished study (no result.json in it or its sub-folders); "
                           "pass a folder written by `layerscope run`")
     path = folder / "index.html"
+    if path.exists() and not written_by_layerscope(path):
+        raise OutputError(f"{path} was not written by layerscope and would be overwritten; move it out of "
+                          f"{folder}, then render the page again")
     with atomic_file(path, "w") as f:
         f.write(render_index(folder, name or folder.resolve().name))
     return path
+
+
+GENERATOR = '<meta name="generator" content="layerscope">'
+"""In the head of every page layerscope renders: such a page may be rendered again over itself."""
+
+
+def written_by_layerscope(page: Path) -> bool:
+    """Whether the file ``page`` is an index.html that layerscope rendered (this version's or an earlier one's)."""
+    try:
+        with open(page, "rb") as f:
+            head = f.read(16384)
+    except OSError:
+        return False
+    return GENERATOR.encode() in head or (b"<title>layerscope run " in head and b" by layerscope from the files "
+                                          b"in this folder" in head)
 
 
 def render_index(folder: Path, name: str) -> str:
@@ -65,7 +83,7 @@ def render_index(folder: Path, name: str) -> str:
         study = get_study(result.study)
         anchor = html.escape(sub.name if sub != folder else result.study)
         warnings = result.summary.get("warnings") or []
-        lines = "".join(f"<li>{html.escape(line)}</li>" for line in study.headline(result))
+        lines = "".join(f"<li>{html.escape(line)}</li>" for line in _headline(study, result, sub))
         warn = "".join(f'<p class="warning">{html.escape(w)}</p>' for w in warnings)
         verdicts.append(f'<h3><a href="#{anchor}">{html.escape(study.title)}</a></h3>{warn}'
                         f'<ul class="verdicts">{lines}</ul>')
@@ -73,12 +91,25 @@ def render_index(folder: Path, name: str) -> str:
         manifests.append(_manifest(study.title, result.manifest))
     title = f"layerscope run {html.escape(name)}"
     made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>{GENERATOR}'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>'
             f'<body><h1>{title}</h1><p class="muted">Rendered {made} by layerscope from the files in this folder; '
             f'<code>layerscope report {html.escape(name)}</code> renders it again.</p>'
             f'<h2 id="summary">Summary of verdicts</h2>{"".join(verdicts)}'
             f'{"".join(sections)}<h2 id="manifest">Manifest</h2>{"".join(manifests)}</body></html>\n')
+
+
+def _headline(study, result, folder: Path) -> list[str]:
+    """The study's verdict lines; a result.json that parses but lacks what the study wrote is a
+    :class:`ResultFileError` naming it, not a KeyError."""
+    from ..errors import ResultFileError
+    from ..studies.result import rerun_hint
+
+    try:
+        return list(study.headline(result))
+    except (KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise ResultFileError(f"{folder / 'result.json'} lacks what a {result.study} run writes ({type(exc).__name__}: "
+                              f"{str(exc)[:80]}); the file is damaged: {rerun_hint(folder)}") from None
 
 
 def _section(folder: Path, root: Path, anchor: str, study, result, warn: str) -> str:

@@ -9,11 +9,13 @@ Every field has a ``help`` text; the CLI shows it.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import LayerscopeError
-from ..models import DEFAULT_MODEL
+from ..models import DEFAULT_MODEL, ZOO, LoadedModel
 from ..quant.fake import parse_scheme
 
 
@@ -22,6 +24,50 @@ class ConfigError(LayerscopeError):
 
 
 PAIR_STUDIES = ("divergence", "scaling", "phases")
+PATH_FIELDS = ("dataset", "reference", "prompts", "texts")
+"""Settings that name an input file (besides ``configs``, which may also be 'standard')."""
+
+
+def short(value: Any, limit: int = 80) -> str:
+    """``short(value)``: ``repr(value)`` cut to ``limit`` characters, for error messages about any input."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        text = f"<deeply nested {type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def model_name(model: str | LoadedModel) -> str:
+    """The name a model spec or a :class:`LoadedModel` (``LoadedModel.wrap(..., name=...)``) goes by."""
+    return model.info.name if isinstance(model, LoadedModel) else model
+
+
+def absolute_model(spec: str | LoadedModel, base: Path | None = None) -> str | LoadedModel:
+    """``spec`` with a local folder or .gguf file (relative to ``base``, default the working folder) made absolute.
+
+    Zoo names, hub ids (``OWNER/NAME[@REVISION]``) and loaded models stay as they are.
+    """
+    if not isinstance(spec, str) or spec in ZOO:
+        return spec
+    base = Path(base or Path.cwd())
+    if _exists(base / Path(spec).expanduser()):
+        return absolute_path(spec, base)
+    name, at, revision = spec.rpartition("@")
+    if at and name and _exists(base / Path(name).expanduser()):  # a local folder at a revision
+        return f"{absolute_path(name, base)}@{revision}"
+    return spec
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a name too long for the file system, say: no such file
+        return False
+
+
+def absolute_path(path: str, base: Path | None = None) -> str:
+    """``path`` (``~`` expanded) made absolute against ``base`` (default: the working folder)."""
+    return str((Path(base or Path.cwd()) / Path(path).expanduser()).resolve())
 
 
 def _help(text: str, studies: tuple[str, ...] | None = None, **kwargs) -> Any:
@@ -86,17 +132,28 @@ class StudyConfig:
                                         "excellent, within 5: good).", studies=("anisotropy",), default=None)
 
     def __post_init__(self):
-        object.__setattr__(self, "models", tuple(self.models))
+        if isinstance(self.models, (str, LoadedModel)):
+            raise ConfigError(f"models must be a list of models, e.g. [{short(model_name(self.models))}], "
+                              "not one model")
+        bad = [m for m in self.models if not (isinstance(m, LoadedModel) or (isinstance(m, str) and m.strip()))]
+        if bad:
+            raise ConfigError(f"model {short(bad[0])} is neither a model spec (a zoo name, folder, .gguf file or hub "
+                              "id) nor a LoadedModel; pass one of those")
+        object.__setattr__(self, "models", tuple(absolute_model(m) for m in self.models))
+        for key in (*PATH_FIELDS, *(("configs",) if self.configs != "standard" else ())):
+            if isinstance(getattr(self, key), (str, os.PathLike)):  # so a saved config works from any folder
+                object.__setattr__(self, key, absolute_path(os.fspath(getattr(self, key))))
         if isinstance(self.layers, (list, tuple)):  # the Python API and YAML take [0, 4, 8] for "0,4,8"
             if not all(isinstance(x, int) and not isinstance(x, bool) for x in self.layers):
-                raise ConfigError(f"layers {list(self.layers)!r} must be whole numbers, e.g. [0, 4, 8]")
+                raise ConfigError(f"layers {short(list(self.layers))} must be whole numbers, e.g. [0, 4, 8]")
             object.__setattr__(self, "layers", ",".join(map(str, self.layers)))
-        if len(set(self.models)) != len(self.models):
-            raise ConfigError(f"a model is listed twice in {list(self.models)}; list each model once")
+        names = self.model_names
+        if len(set(names)) != len(names):
+            raise ConfigError(f"a model is listed twice in {short(list(names))}; list each model once")
         if self.compat not in (None, "seed"):
-            raise ConfigError(f"unknown compat mode {self.compat!r}; use 'seed' or leave it out")
+            raise ConfigError(f"unknown compat mode {short(self.compat)}; use 'seed' or leave it out")
         if self.pooling not in ("mean", "last", "first"):
-            raise ConfigError(f"unknown pooling {self.pooling!r}; use mean, last or first")
+            raise ConfigError(f"unknown pooling {short(self.pooling)}; use mean, last or first")
         if self.n_bootstrap < 100:
             raise ConfigError(f"--n-bootstrap {self.n_bootstrap} is too few for a confidence interval; use >= 100")
         if not 0.5 < self.ci_level < 1:
@@ -109,21 +166,29 @@ class StudyConfig:
         if self.batch_size < 1:
             raise ConfigError(f"batch size must be at least 1, got {self.batch_size}")
         if self.device_map not in (None, "auto"):
-            raise ConfigError(f"unknown device map {self.device_map!r}; use 'auto' or leave it out")
+            raise ConfigError(f"unknown device map {short(self.device_map)}; use 'auto' or leave it out")
         if self.layers is not None:
+            if not isinstance(self.layers, str):
+                raise ConfigError(f"layers {short(self.layers)} must be 'all', 'seed', a list like [0, 4, 8] "
+                                  "or a string like '0,4,8'")
             parse_layers(self.layers)
         if not 2 <= self.bits <= 16:
             raise ConfigError(f"--bits {self.bits} is not usable; symmetric quantization needs 2 to 16 bits")
         if self.scheme is not None:
             parse_scheme(self.scheme)
         if self.targets not in (None, "linear", "all-weights"):
-            raise ConfigError(f"unknown --targets {self.targets!r}; use linear or all-weights")
+            raise ConfigError(f"unknown --targets {short(self.targets)}; use linear or all-weights")
         if self.centroids not in (None, "loo", "self"):
-            raise ConfigError(f"unknown centroids {self.centroids!r}; use loo or self")
+            raise ConfigError(f"unknown centroids {short(self.centroids)}; use loo or self")
         if self.n_permutations < 100:
             raise ConfigError(f"n_permutations {self.n_permutations} is too few for a p-value; use >= 100")
         if self.reference_lstar is not None and self.reference_lstar < 0:
             raise ConfigError(f"--reference-lstar {self.reference_lstar} must be a layer number, 0 or more")
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """Each model's name: its spec, or the name a :class:`LoadedModel` was wrapped with."""
+        return tuple(model_name(m) for m in self.models)
 
     @property
     def quant_scheme(self) -> str:
@@ -143,8 +208,8 @@ class StudyConfig:
         return self.layers or ("seed" if self.compat == "seed" else "all")
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["models"] = list(self.models)
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # asdict would copy a model
+        data["models"] = list(self.model_names)
         return data
 
 
@@ -155,7 +220,8 @@ def parse_layers(spec: str) -> str | list[int]:
     try:
         layers = sorted({int(part) for part in spec.split(",") if part.strip()})
     except ValueError:
-        raise ConfigError(f"bad layer list {spec!r}; use 'all', 'seed' or comma-separated numbers like 0,4,8") from None
+        raise ConfigError(f"bad layer list {short(spec)}; use 'all', 'seed' or comma-separated numbers like 0,4,8"
+                          ) from None
     if not layers:
         raise ConfigError("empty layer list; use 'all', 'seed' or numbers like 0,4,8")
     if layers[0] < 0:

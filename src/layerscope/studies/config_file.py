@@ -15,43 +15,61 @@ plus what to run::
 
 ``studies`` may also map each study to its own settings; that is how a run folder's
 ``config.yaml`` spells every resolved setting, so passing it back reproduces the run.
-Relative file paths in a config file are relative to the file's folder. Unknown keys and
-values of the wrong type are errors that name the key.
+Relative file paths in a config file (and models that are local folders or .gguf files there)
+are relative to the file's folder; every local path is stored absolute. Unknown keys, values of
+the wrong type, a key given twice and YAML aliases that repeat more than ``MAX_ALIAS_REPEATS``
+values are errors that name the key; a setting that none of the studies to run reads gets a
+``warning:`` line (an error when it names a file that does not exist).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import tomllib
 import types
 import typing
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import yaml
 
-from .config import ConfigError, StudyConfig
+from ..data.pairs import file_problem
+from .config import PATH_FIELDS, ConfigError, StudyConfig, absolute_model, absolute_path, short
 
 SUITE = ("divergence", "scaling", "phases", "anisotropy", "ablation")
 """Every study, in the order a suite runs and reports them."""
 
 FIELDS = {f.name: f for f in dataclasses.fields(StudyConfig) if f.name != "study"}
-PATH_FIELDS = ("dataset", "reference", "prompts", "texts")
+MAX_ALIAS_REPEATS = 1000
+"""Values that YAML aliases (``*name``) may repeat in one file; an alias bomb repeats billions."""
 RESOLVED_HEADER = ("# layerscope run config, every setting resolved. Reproduce this run with\n"
                    "#   layerscope run --config {path}\n")
 
 
-def load_config_file(path: str | os.PathLike, overrides: dict[str, Any] | None = None) -> dict[str, StudyConfig]:
+def load_config_file(path: str | os.PathLike, overrides: dict[str, Any] | None = None,
+                     warn: Callable[[str], None] | None = None) -> dict[str, StudyConfig]:
     """Read, validate and resolve a config file; ``overrides`` (from the command line) win over it."""
     path = Path(path)
     data = read_config_file(path)
-    return resolve_configs(data, overrides or {}, base=path.resolve().parent, source=str(path))
+    return resolve_configs(data, overrides or {}, base=path.resolve().parent, source=str(path), warn=warn)
+
+
+def print_warning(message: str) -> None:
+    """The default ``warn``: one ``warning: ...`` line on stderr."""
+    print(f"warning: {message}", file=sys.stderr)
 
 
 def resolve_configs(data: dict[str, Any] | None, overrides: dict[str, Any], base: Path | None = None,
-                    source: str = "the settings") -> dict[str, StudyConfig]:
-    """One validated :class:`StudyConfig` per study to run, in suite order."""
+                    source: str = "the settings", warn: Callable[[str], None] | None = None
+                    ) -> dict[str, StudyConfig]:
+    """One validated :class:`StudyConfig` per study to run, in suite order.
+
+    A setting that no study to run reads calls ``warn`` (default: a ``warning:`` line on stderr) with a message
+    naming it; from a file only when it differs from the default. If it names a missing file, that is an error.
+    """
     data = dict(data or {})
     if "study" in data and "studies" in data:
         raise ConfigError(f"{source}: give either 'study' or 'studies', not both")
@@ -63,12 +81,43 @@ def resolve_configs(data: dict[str, Any] | None, overrides: dict[str, Any], base
                 raise ConfigError(f"{source}: settings for '{name}', which this config does not run; "
                                   f"add it to 'studies' or remove the '{name}' section")
             per_study[name] = {**per_study.get(name, {}), **_mapping(data[name] or {}, name, source)}
-    configs = {}
-    for name in names:
-        settings = {**_checked(shared, source, base), **_checked(per_study.get(name, {}), source, base, name),
-                    **_checked(overrides, "the command line", Path.cwd())}
-        configs[name] = StudyConfig(study=name, **settings)
-    return configs
+    resolved = "studies" in data and isinstance(data["studies"], dict)  # the form a run folder's config.yaml has
+    shared, command_line = _checked(shared, source, base), _checked(overrides, "the command line", Path.cwd())
+    sections = {name: _checked(per_study.get(name, {}), source, base, name) for name in names}
+    unused = [*_unused(shared, names, source), *_unused(command_line, names, "the command line")]
+    for name, section in sections.items():
+        unused += _unused(section, names if resolved else [name], source, name)
+    for message in unused:
+        (warn or print_warning)(message)
+    return {name: StudyConfig(study=name, **{**shared, **sections[name], **command_line}) for name in names}
+
+
+def used_by(key: str) -> tuple[str, ...] | None:
+    """The studies that read setting ``key`` (``None``: every study)."""
+    return FIELDS[key].metadata.get("studies")
+
+
+def _unused(settings: dict[str, Any], names: list[str], source: str, section: str | None = None) -> list[str]:
+    """A warning for each setting that none of ``names`` reads; :class:`ConfigError` if it names a missing file."""
+    messages = []
+    for key, value in settings.items():
+        readers = used_by(key)
+        if readers is None or any(n in readers for n in names):
+            continue
+        if source == "the command line":
+            label = f"--{key.replace('_', '-')}"
+        elif value == FIELDS[key].default:
+            continue  # a resolved config spells out every setting; only a changed one is worth a warning
+        else:
+            label = f"{source}: setting '{f'{section}.{key}' if section else key}'"
+        runs = " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+        is_path = key in PATH_FIELDS or (key == "configs" and value != "standard")
+        problem = file_problem(Path(value)) if is_path and value is not None else None
+        if problem:
+            raise ConfigError(f"{label} names {value}, which {problem.split(';')[0]}; it is not used by {runs} "
+                              "anyway, so leave it out or fix the path")
+        messages.append(f"{label} is not used by {runs}; ignored")
+    return messages
 
 
 def dump_configs(configs: dict[str, dict[str, Any]], path: str = "config.yaml") -> str:
@@ -86,27 +135,92 @@ def read_config_file(path: Path) -> dict[str, Any]:
     suffix = path.suffix.lower()
     if suffix not in (".yaml", ".yml", ".toml"):
         raise ConfigError(f"config file {path} must end in .yaml, .yml or .toml")
+    if problem := file_problem(path, "--config"):
+        raise ConfigError(f"config file {path} {problem}")
     try:
         raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist; check the path") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    toml = suffix == ".toml"
     try:
         text = raw.decode("utf-8-sig")
-        data = tomllib.loads(text) if suffix == ".toml" else yaml.safe_load(text)
+        data = tomllib.loads(text) if toml else parse_yaml(path, text)
     except UnicodeDecodeError:
         raise ConfigError(f"config file {path} is not UTF-8 text") from None
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        detail = str(exc).replace("\n", " ")
-        raise ConfigError(f"config file {path} is not valid {'TOML' if suffix == '.toml' else 'YAML'}: {detail}"
-                          ) from None
+        _check_other_format(path, text, toml)
+        detail = " ".join(str(exc).split())
+        detail = detail if len(detail) <= 200 else detail[:197] + "..."
+        raise ConfigError(f"config file {path} is not valid {'TOML' if toml else 'YAML'}: {detail}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path} is nested too deeply to read; settings need only two levels") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
+        _check_other_format(path, text, toml)
         raise ConfigError(f"config file {path} must hold a mapping of settings (key: value), "
                           f"not a {type(data).__name__}")
     return data
+
+
+def parse_yaml(path: Path, text: str) -> Any:
+    """``data = parse_yaml(path, text)``: one YAML document, safely; :class:`ConfigError` for a key given twice in
+    one mapping (YAML would keep the last) or aliases that repeat more than ``MAX_ALIAS_REPEATS`` values."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        sizes: dict[int, int] = {}
+        repeats = _expanded_size(path, node, sizes, set()) - len(sizes)
+        if repeats > MAX_ALIAS_REPEATS:
+            raise ConfigError(f"config file {path}: YAML aliases (*name) repeat {repeats:,} values, more than the "
+                              f"{MAX_ALIAS_REPEATS} allowed; write the settings out without nested aliases")
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _expanded_size(path: Path, node: yaml.Node, sizes: dict[int, int], open_nodes: set[int]) -> int:
+    """Nodes under ``node`` with every alias expanded, counted without expanding (``sizes``: by node id);
+    checks each mapping for a key given twice."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    if id(node) in open_nodes:
+        raise ConfigError(f"config file {path}, line {node.start_mark.line + 1}: a YAML alias refers to a value "
+                          "that contains it; write the setting out without the alias")
+    open_nodes.add(id(node))
+    children: list[yaml.Node] = []
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[tuple[str, str], int] = {}
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                line = key.start_mark.line + 1
+                if (key.tag, key.value) in seen:
+                    raise ConfigError(f"config file {path}, line {line}: the key {short(key.value)} appears twice "
+                                      f"in one mapping (first on line {seen[key.tag, key.value]}); YAML keeps only "
+                                      "the last one, so merge the two entries or remove one")
+                seen[key.tag, key.value] = line
+            children += (key, value)
+    elif isinstance(node, yaml.SequenceNode):
+        children = node.value
+    size = 1 + sum(_expanded_size(path, child, sizes, open_nodes) for child in children)
+    open_nodes.discard(id(node))
+    sizes[id(node)] = size
+    return size
+
+
+def _check_other_format(path: Path, text: str, toml: bool) -> None:
+    """:class:`ConfigError` suggesting the other suffix when a file that fails to parse is a mapping in the other
+    format (TOML ``key = value`` lines in a .yaml file, or YAML in a .toml file)."""
+    try:
+        other = parse_yaml(path, text) if toml else tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError, ConfigError, RecursionError):
+        return
+    if isinstance(other, dict) and other:
+        fmt, suffix = ("YAML", ".yaml") if toml else ("TOML", ".toml")
+        raise ConfigError(f"config file {path} holds {fmt}, not {'TOML' if toml else 'YAML'}; rename it to "
+                          f"{path.with_suffix(suffix).name}")
 
 
 def _studies(data: dict[str, Any], source: str) -> tuple[list[str], dict[str, dict]]:
@@ -124,9 +238,9 @@ def _studies(data: dict[str, Any], source: str) -> tuple[list[str], dict[str, di
         raise ConfigError(f"{source}: 'studies' must be a non-empty list of study names, e.g. [divergence, phases]")
     unknown = [n for n in listed if n not in SUITE]
     if unknown:
-        raise ConfigError(f"{source}: unknown study '{unknown[0]}'; choose from {', '.join(SUITE)}")
+        raise ConfigError(f"{source}: unknown study {short(unknown[0])}; choose from {', '.join(SUITE)}")
     if len(set(listed)) != len(listed):
-        raise ConfigError(f"{source}: a study is listed twice in {listed}")
+        raise ConfigError(f"{source}: a study is listed twice in {short(listed)}")
     return [n for n in SUITE if n in listed], per_study
 
 
@@ -144,10 +258,12 @@ def _checked(settings: dict[str, Any], source: str, base: Path | None, section: 
         where = f"{section}.{key}" if section else key
         if key not in FIELDS:
             hint = f"; known settings: {', '.join(FIELDS)}" if section or key not in SUITE else ""
-            raise ConfigError(f"{source}: unknown setting '{where}'{hint}")
+            raise ConfigError(f"{source}: unknown setting {short(str(where))}{hint}")
         value = _typed(key, value, where, source)
         if (key in PATH_FIELDS or (key == "configs" and value != "standard")) and value is not None and base:
-            value = str((base / Path(value).expanduser()).resolve())
+            value = absolute_path(value, base)
+        if key == "models" and base:  # a local model relative to the file, else to the working folder
+            value = tuple(absolute_model(m, base) for m in value)
         out[key] = value
     return out
 
@@ -167,11 +283,11 @@ def _typed(key: str, value: Any, where: str, source: str) -> Any:
     if typing.get_origin(kind) is tuple:
         if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
             return tuple(value)
-        raise ConfigError(f"{source}: setting '{where}' must be a list of strings, got {value!r}")
+        raise ConfigError(f"{source}: setting '{where}' must be a list of strings, got {short(value)}")
     ok = (type(value) is int or (kind is float and type(value) is float)) if kind in (int, float) \
         else isinstance(value, kind)
     if not ok:
-        raise ConfigError(f"{source}: setting '{where}' must be {_article(kind)}, got {value!r} "
+        raise ConfigError(f"{source}: setting '{where}' must be {_article(kind)}, got {short(value)} "
                           f"({type(value).__name__})")
     return float(value) if kind is float else value
 

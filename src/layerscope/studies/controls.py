@@ -6,6 +6,7 @@ Spearman rho, small-n warnings and a length control.
     rows = [layer_row(model, layer, n_layers, "r_ua_pref", **t) for layer, t in zip(layers, tests)]
     small_n_warning("divergence", 7, "categories", "category-level")   # [] from n = 10 on
     length_control(run)   # pair-level r of the token-length difference with each preference
+    pairs = study_pairs(config.dataset, config.drop_category)   # >= 4 categories, also without the dropped one
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..data import PairDataset
+from ..data import PairDataset, load_pairs
+from ..data.pairs import CATEGORY_RULE, MIN_CATEGORIES, check_categories
 from ..report.markdown import number, signed
 from ..stats import bh_qvalues, fisher_z_ci, pearson, permutation_pvalues, spearman
+from .config import ConfigError
 from .inputs import PairRun, without_category
 
 MIN_N = 10
@@ -92,12 +95,28 @@ def group_warnings(n_high: int, n_low: int) -> list[str]:
             f"low-resource languages (< {MIN_N} each): one language can swing it; treat H5 as descriptive."]
 
 
+def study_pairs(dataset: str | None, drop_category: str | None = None) -> PairDataset:
+    """``pairs = study_pairs(config.dataset, config.drop_category)``: the dataset every pair study (and a suite's
+    input check) reads, with at least ``MIN_CATEGORIES`` categories, also once ``drop_category`` is left out.
+
+    ``DatasetError`` for a bad file or too few categories; ``ConfigError`` for an unknown ``drop_category`` or one
+    that leaves too few.
+    """
+    pairs = check_categories(load_pairs(dataset))
+    if drop_category is not None:
+        kept = len(without_category(pairs, drop_category).categories)
+        if kept < MIN_CATEGORIES:
+            raise ConfigError(f"--drop-category {drop_category!r} leaves {kept} categories of {pairs.source}; "
+                              f"{CATEGORY_RULE}, so drop none or add categories to the dataset")
+    return pairs
+
+
 def category_warnings(study: str, pairs: PairDataset, drop_category: str | None = None) -> list[str]:
     """Small-n warnings for category-level correlations on ``pairs`` and, given ``drop_category``, on the
-    pairs without it (``ConfigError`` if that is not a category or leaves fewer than 3)."""
+    pairs without it (``ConfigError`` if that is not a category; check the minimum with :func:`study_pairs`)."""
     warnings = small_n_warning(study, len(pairs.categories), "categories", "category-level")
     if drop_category is not None:
-        without = without_category(pairs, drop_category, min_categories=3)
+        without = without_category(pairs, drop_category)
         warnings += small_n_warning(f"{study} without {drop_category}", len(without.categories), "categories",
                                     "category-level")
     return warnings
@@ -124,9 +143,15 @@ def legend_lines(config: dict, unit: str, interval: str) -> list[str]:
 
 
 def length_control(run: PairRun) -> dict:
-    """Pair-level Pearson r of the token-length difference B - A with the mean and the summed preference."""
-    r_mean, p_mean = pearson(run.len_diff, run.pref)
-    r_sum, p_sum = pearson(run.len_diff, run.pref_sum)
+    """Pair-level Pearson r of the token-length difference B - A with the mean and the summed preference.
+
+    When every pair has the same length difference, r and p are None (length cannot explain anything: absent by
+    design, not a failed computation)."""
+    if np.ptp(run.len_diff) == 0:
+        r_mean = p_mean = r_sum = p_sum = None
+    else:
+        r_mean, p_mean = pearson(run.len_diff, run.pref)
+        r_sum, p_sum = pearson(run.len_diff, run.pref_sum)
     return {"mean_len_diff": float(np.mean(run.len_diff)), "r_len_pref": r_mean, "p_len_pref": p_mean,
             "r_len_pref_sum": r_sum, "p_len_pref_sum": p_sum, "n": len(run.len_diff)}
 

@@ -122,7 +122,8 @@ def pair_runs(config: StudyConfig, pairs: PairDataset, timings: dict[str, float]
         lm = load_model(spec, dtype=config.dtype, device=config.device, device_map=config.device_map)
         layers = select_layers(config.layer_spec, lm.info.n_layers, lm.info.name)  # fail before extracting
         loaded = time.perf_counter()
-        acts = extract(lm, pairs.texts(), compat=config.compat, batch_size=config.batch_size, cache=config.cache)
+        acts = extract(lm, pairs.texts(), compat=config.compat, batch_size=config.batch_size,
+                       max_length=config.max_length, cache=config.cache)
         add_timings(timings, load_s=loaded - start, extract_s=time.perf_counter() - loaded)
         del lm
         free_memory()

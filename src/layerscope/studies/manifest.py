@@ -16,7 +16,8 @@ from .config import StudyConfig
 def model_entry(info: ModelInfo, acts: Activations | None = None) -> dict:
     entry = {"name": info.name, "revision": info.revision, "weights_hash": info.weights_hash, "n_layers": info.n_layers,
              "hidden_size": info.hidden_size, "architecture": info.architecture, "adds_bos": info.adds_bos,
-             "last_hidden_normed": info.last_hidden_normed, "dtype": info.dtype, "device": info.device}
+             "last_hidden_normed": info.last_hidden_normed, "dtype": info.dtype, "device": info.device,
+             "max_positions": info.max_positions}
     if acts is not None:
         entry["activations_fingerprint"] = acts.fingerprint
         entry["extraction"] = ({"batches": acts.stats.batches, "computed": acts.stats.batches_computed,
@@ -35,6 +36,8 @@ def add_timings(timings: dict[str, float], **seconds: float) -> None:
         timings[key] = round(timings.get(key, 0.0) + value, 3)
 
 
-def manifest(config: StudyConfig, models: list[dict], dataset: dict | None, timings: dict[str, float]) -> dict:
-    return {"models": models, "dataset": dataset, "seed": config.seed, "versions": library_versions(),
-            "timings": timings}
+def manifest(config: StudyConfig, models: list[dict], dataset: dict | None, timings: dict[str, float],
+             max_length: int | None = None) -> dict:
+    """``max_length``: the truncation the texts got, when it is not ``config.max_length`` (ablation's seed compat)."""
+    return {"models": models, "dataset": dataset, "seed": config.seed, "max_length": max_length or config.max_length,
+            "versions": library_versions(), "timings": timings}

@@ -6,13 +6,23 @@
     out/report.md     tables and verdicts in words
     out/config.yaml   every setting, resolved: `layerscope run --config out/config.yaml` reruns it
     out/index.html    all of the above on one self-contained page
+    out/.layerscope.json   the marker: layerscope wrote this folder, so force=True may replace it
+
+Every file but index.html is rendered in memory first, so a full disk is reported with the bytes
+the folder needs.
+
+    input_paths(config)   # the local files and folders a config reads: never replaced by an output folder
 """
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from ..io import staged_dir
 from ..report.html import write_index
@@ -21,20 +31,45 @@ from .registry import get_study
 from .result import StudyResult
 
 
+INPUT_FIELDS = ("dataset", "reference", "prompts", "texts", "configs")
+"""The config fields that name input files (``configs`` unless it is 'standard')."""
+
+
+def input_paths(config: Mapping[str, Any]) -> list[str]:
+    """The local inputs of a study config (a ``StudyConfig.to_dict()`` or a result's config): its input
+    files and the models that are existing local folders or files."""
+    named = [config.get(key) for key in INPUT_FIELDS if key != "configs" or config.get(key) != "standard"]
+    named += [m for m in config.get("models") or () if isinstance(m, str) and os.path.exists(m)]
+    return [str(p) for p in named if isinstance(p, (str, os.PathLike)) and p]
+
+
 def write_result(result: StudyResult, out: Path, force: bool = False) -> Path:
     study = get_study(result.study)
     start = time.perf_counter()
-    with staged_dir(out, force=force) as tmp:
-        for name, fig in study.figures(result).items():
-            fig.savefig(tmp / f"{name}.png", dpi=150, bbox_inches="tight")
-        (tmp / "report.md").write_text(study.report(result), encoding="utf-8")
-        result.table.to_csv(tmp / "table.csv", index=False)
-        timings = result.manifest.setdefault("timings", {})
-        timings["write_s"] = round(time.perf_counter() - start, 3)
-        if "analysis_s" in timings:
-            timings["after_extraction_s"] = round(timings["analysis_s"] + timings["write_s"], 3)
-        (tmp / "result.json").write_text(json.dumps(result.to_json(), indent=2, allow_nan=False) + "\n")
-        (tmp / "config.yaml").write_text(dump_configs({result.study: result.config}), encoding="utf-8")
+    files = {f"{name}.png": _png(fig) for name, fig in study.figures(result).items()}
+    files["report.md"] = study.report(result).encode()
+    files["table.csv"] = result.table.to_csv(index=False).encode()
+    timings = result.manifest.setdefault("timings", {})
+    timings["write_s"] = round(time.perf_counter() - start, 3)
+    if "analysis_s" in timings:
+        timings["after_extraction_s"] = round(timings["analysis_s"] + timings["write_s"], 3)
+    files["result.json"] = (json.dumps(result.to_json(), indent=2, allow_nan=False) + "\n").encode()
+    files["config.yaml"] = dump_configs({result.study: result.config}).encode()
+    with staged_dir(out, force=force, kind="run", inputs=input_paths(result.config), size=_size(files)) as tmp:
+        for name, data in files.items():
+            (tmp / name).write_bytes(data)
         write_index(tmp, name=out.name)
         study.finish(tmp, result)
     return out
+
+
+def _png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=150, bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def _size(files: dict[str, bytes]) -> int:
+    """The bytes of ``files`` and of an index.html that embeds them (figures in base64, a third larger)."""
+    pngs = sum(len(data) for name, data in files.items() if name.endswith(".png"))
+    return 2 * sum(len(data) for data in files.values()) + pngs // 3

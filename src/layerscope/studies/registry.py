@@ -9,6 +9,7 @@ import dataclasses
 
 from .base import Study
 from .config import ConfigError, StudyConfig
+from .finite import check_result
 from .result import StudyResult
 
 
@@ -30,8 +31,12 @@ def get_study(name: str) -> Study:
 
 
 def run_study(config: StudyConfig) -> StudyResult:
-    """Run ``config.study``; with no models given, on that study's default models."""
+    """Run ``config.study``; with no models given, on that study's default models.
+
+    Every entry point (``layerscope run``, a suite, a sweep task, Python) comes through here, so this is where a
+    result is refused when a number its verdicts are computed from is NaN or inf (:func:`finite.check_result`).
+    """
     study = get_study(config.study)
     if not config.models:
         config = dataclasses.replace(config, models=study.default_models)
-    return study.run(config)
+    return check_result(study.run(config))

@@ -48,11 +48,59 @@ class StudyResult:
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> StudyResult:
+        """``StudyResult.load("runs/div")``: a run folder back from disk. A :class:`ResultFileError` naming the
+        file when its result.json or table.csv is missing, truncated or not what layerscope writes."""
         folder = Path(folder)
-        data = json.loads((folder / "result.json").read_text())
-        table = pd.read_csv(folder / "table.csv")
+        data = _read_result_json(folder / "result.json")
         return cls(study=data["study"], config=data["config"], manifest=data["manifest"],
-                   summary=data["summary"], table=table)
+                   summary=data["summary"], table=_read_table(folder / "table.csv"))
+
+
+def rerun_hint(folder: Path) -> str:
+    """The fix for a run folder whose files are damaged: they are written whole, so only a rerun remakes them."""
+    if (folder / "config.yaml").is_file():
+        return f"rerun the study: layerscope run --config {folder / 'config.yaml'} --out NEW_FOLDER"
+    return "rerun the study with layerscope run"
+
+
+def _read_result_json(path: Path) -> dict[str, Any]:
+    from ..errors import ResultFileError
+    from .registry import studies
+
+    fix = rerun_hint(path.parent)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ResultFileError(f"{path} is missing; pass a folder written by `layerscope run`, or {fix}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        why = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else f"not valid JSON ({exc})"
+        raise ResultFileError(f"cannot read {path}: {why}; the file is damaged or truncated: {fix}") from None
+    parts = {"study": str, "config": dict, "manifest": dict, "summary": dict}
+    bad = [key for key, kind in parts.items() if not isinstance(data, dict) or not isinstance(data.get(key), kind)]
+    if bad:
+        raise ResultFileError(f"{path} is not a layerscope result (no valid {', '.join(map(repr, bad))}); the "
+                              f"file is damaged: {fix}")
+    if data["study"] not in studies():
+        raise ResultFileError(f"{path} names an unknown study {data['study'][:40]!r}; it is damaged: {fix}")
+    return data
+
+
+def _read_table(path: Path) -> pd.DataFrame:
+    from ..errors import ResultFileError
+
+    fix = rerun_hint(path.parent)
+    try:
+        table = pd.read_csv(path)
+    except FileNotFoundError:
+        raise ResultFileError(f"{path} is missing beside its result.json; {fix}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # pandas' EmptyDataError and ParserError too
+        first = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+        raise ResultFileError(f"cannot read {path}: {first}; the file is damaged or truncated: {fix}") from None
+    missing = [c for c in TABLE_COLUMNS if c not in table]
+    if missing or (len(table) and not pd.api.types.is_numeric_dtype(table["value"])):
+        what = f"no column {missing[0]!r}" if missing else "a 'value' that is not a number"
+        raise ResultFileError(f"{path} has {what}; the file is damaged: {fix}")
+    return table
 
 
 def make_table(rows: list[dict[str, Any]]) -> pd.DataFrame:

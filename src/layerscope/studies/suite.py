@@ -15,19 +15,19 @@ import dataclasses
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from ..data import load_pairs
 from ..data.languages import load_languages
 from ..data.prompts import load_prompts
 from ..data.reference import load_phase_reference
-from ..io import atomic_file, check_out_dir
+from ..io import atomic_file, check_out_dir, clear_stale, replace_dir, write_marker
 from ..report.html import write_index
-from .ablation.configs import load_configs
+from .ablation.configs import read_configs
 from .config import StudyConfig
 from .config_file import dump_configs
-from .inputs import category_index
+from .output import input_paths
+from .controls import study_pairs
 from .registry import get_study, run_study
 
 log = logging.getLogger(__name__)
@@ -44,9 +44,7 @@ def with_default_models(configs: dict[str, StudyConfig]) -> dict[str, StudyConfi
 def check_inputs(config: StudyConfig) -> None:
     """Read every input file a study will need, so a bad one fails before any model runs."""
     if config.study in ("divergence", "scaling", "phases"):
-        pairs = load_pairs(config.dataset)
-        if config.drop_category is not None:
-            category_index(pairs, config.drop_category)  # ConfigError naming the categories
+        study_pairs(config.dataset, config.drop_category)  # too few categories, or a bad --drop-category
     if config.study == "phases":
         load_phase_reference(config.reference)
     if config.study == "anisotropy":
@@ -54,7 +52,7 @@ def check_inputs(config: StudyConfig) -> None:
     if config.study == "ablation":
         load_languages(config.texts)
         if config.configs != "standard":
-            load_configs(config.configs, n=10**9)  # the layer range is checked once the model is loaded
+            read_configs(config.configs)  # the layer range is checked once the model is loaded
 
 
 def partial_dir(out: Path) -> Path:
@@ -71,10 +69,13 @@ def find_partial(runs: Path, resolved: str) -> Path | None:
 
 
 def run_suite(configs: dict[str, StudyConfig], out: Path, force: bool = False,
-              echo: Callable[[str], None] = print) -> Path:
-    """Run each study into ``out/<study>/``, then write ``out/config.yaml`` and ``out/index.html``."""
+              echo: Callable[[str], None] = print, inputs: Iterable[str | os.PathLike] = ()) -> Path:
+    """Run each study into ``out/<study>/``, then write ``out/config.yaml`` and ``out/index.html``.
+
+    ``inputs``: input files beyond the configs' own (the config file); ``out`` never replaces one."""
     configs = with_default_models(configs)
-    out = check_out_dir(out, force)
+    inputs = [*inputs, *(path for c in configs.values() for path in input_paths(c.to_dict()))]
+    out = check_out_dir(out, force, inputs)
     for config in configs.values():
         check_inputs(config)
     resolved = dump_configs({n: c.to_dict() for n, c in configs.items()})
@@ -92,18 +93,20 @@ def run_suite(configs: dict[str, StudyConfig], out: Path, force: bool = False,
                 echo(f"{name}: finished in an earlier, interrupted run; reusing {out / name}")
                 finished_any = True
                 continue
-            echo(f"{name}: running on {', '.join(config.models)}")
+            echo(f"{name}: running on {', '.join(config.model_names)}")
             result = run_study(config)
             result.write(folder, force=True)
             finished_any = True
             for line in get_study(name).headline(result):
                 echo(f"{name}: {line}")
+        clear_stale(staging)  # what a killed study write left beside the study folders
         write_index(staging, name=out.name)
+        write_marker(staging, "suite")
     except BaseException:
         if not finished_any:
             shutil.rmtree(staging, ignore_errors=True)  # nothing worth resuming: leave no trace
         raise
-    _replace(staging, out)
+    replace_dir(staging, out)
     return out
 
 
@@ -113,13 +116,3 @@ def _read(path: Path) -> str | None:
     except OSError:
         return None
 
-
-def _replace(staging: Path, out: Path) -> None:
-    if out.exists():
-        old = out.parent / f".{out.name}.old"
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out, old)
-        os.replace(staging, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(staging, out)

@@ -59,8 +59,9 @@ def profile_rows(table: pd.DataFrame, config: StudyConfig) -> pd.DataFrame:
     """One value per (model, revision, step, metric, layer): the layer-wise rows of the study's main view
     (``config.pooling``, all pairs, the headline token set, the primary quantization), averaged over any
     remaining breakdown such as languages and texts."""
-    if table.empty or "layer" not in table:
-        return table.iloc[0:0]
+    keys = ["model", "revision", "step", "metric", "layer"]
+    if table.empty or "layer" not in table:  # no task finished: no rows, but the columns every caller reads
+        return pd.DataFrame(columns=[*keys, "value", "depth"])
     keep = table["layer"].notna() & table["value"].notna()
     for column in SIDE_COLUMNS:
         if column in table:
@@ -72,7 +73,6 @@ def profile_rows(table: pd.DataFrame, config: StudyConfig) -> pd.DataFrame:
             keep &= table[column].isna() | (table[column] == value)
     rows = table[keep].copy()
     rows["revision"] = rows["revision"].fillna("")  # groupby drops NaN keys
-    keys = ["model", "revision", "step", "metric", "layer"]
     out = rows.groupby(keys, sort=False, dropna=False).agg(value=("value", "mean"), depth=("depth", "first"))
     out = out.reset_index()
     out["step"] = out["step"].astype("Int64")

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,10 +41,38 @@ def training_step(revision: str | None) -> int | None:
     return int(found.group(1)) if found else None
 
 
+MAX_SLUG = 100
+"""The longest task folder name; a longer one is cut and ends in a hash of the spec."""
+
+
 def task_slug(spec: str) -> str:
-    """A folder name for a model spec: path separators become ``--``, other odd characters ``_``."""
-    slug = re.sub(r"[^A-Za-z0-9._@=+-]", "_", spec.strip("/").replace("/", "--"))
-    return slug.lstrip(".") or "model"
+    """A safe folder name for a model spec: path separators become ``--``, other odd characters ``_``, and
+    it never starts with ``-`` or ``.`` (``./tiny-gpt2`` -> ``tiny-gpt2``). Two specs may share one; see
+    :func:`task_folders`."""
+    slug = re.sub(r"[^A-Za-z0-9._@=+-]", "_", spec.strip("/").replace("/", "--")).lstrip("-.")
+    if not slug or len(slug) > MAX_SLUG:
+        return f"{slug[:MAX_SLUG - 9] or 'model'}-{_spec_hash(spec)}"
+    return slug
+
+
+def task_folders(specs: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """``{spec: folder name}``, unique even where the file system ignores case: specs that share a slug
+    keep it only where it spells the spec exactly (``org/a_b``); the others get ``-<hash of the spec>``
+    (``org/a b`` -> ``org--a_b-10c61feb``). A spec's name depends only on the specs it collides with."""
+    groups: dict[str, list[str]] = {}
+    for spec in specs:
+        groups.setdefault(task_slug(spec).casefold(), []).append(spec)
+    names = {}
+    for group in groups.values():
+        exact = [s for s in group if task_slug(s).replace("--", "/") == s]
+        for spec in group:
+            keep = len(group) == 1 or exact == [spec]
+            names[spec] = task_slug(spec) if keep else f"{task_slug(spec)[:MAX_SLUG - 9]}-{_spec_hash(spec)}"
+    return names
+
+
+def _spec_hash(spec: str) -> str:
+    return hashlib.sha256(spec.encode()).hexdigest()[:8]
 
 
 @dataclass(frozen=True)
@@ -107,8 +136,8 @@ class SweepPlan:
         specs = self.specs
         if len(set(specs)) != len(specs):
             raise ConfigError(f"a model spec is listed twice in {list(specs)}; list each once")
-        slugs = [task_slug(s) for s in specs]
-        if len(set(slugs)) != len(slugs):
+        folders = [name.casefold() for name in task_folders(specs).values()]
+        if len(set(folders)) != len(folders):  # a hash collision: not seen, but never share a folder
             raise ConfigError(f"two model specs map to the same task folder: {specs}; rename one")
 
     @property
@@ -128,4 +157,5 @@ class SweepPlan:
         return dataclasses.replace(self.config, models=(task.spec,))
 
     def tasks(self, out: Path) -> list[Task]:
-        return [Task(spec=spec, folder=out / "tasks" / task_slug(spec)) for spec in self.specs]
+        folders = task_folders(self.specs)
+        return [Task(spec=spec, folder=out / "tasks" / folders[spec]) for spec in self.specs]

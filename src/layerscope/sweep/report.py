@@ -22,7 +22,8 @@ def sweep_report(summary: dict) -> str:
     done = [t for t in tasks if t.get("numbers") is not None]
     failed = [t for t in tasks if t["status"] == "failed"]
     models = len({t["model"] for t in tasks})
-    out = [f"# Sweep: {summary['study']}, {len(tasks)} tasks over {models} model{'s' * (models != 1)}", "",
+    out = [f"# Sweep: {summary['study']}, {len(tasks)} task{'s' * (len(tasks) != 1)} over {models} "
+           f"model{'s' * (models != 1)}", "",
            f"Executor: {summary['executor']}. {len(done)} of {len(tasks)} tasks finished"
            + (f", {len(failed)} failed (run the same command again to retry them)." if failed else "."), "",
            "Each task ran the study on one model into its own folder under `tasks/`; `table.csv` gathers "
@@ -50,13 +51,14 @@ def sweep_report(summary: dict) -> str:
 def write_sweep_index(folder: Path, summary: dict) -> Path:
     """``folder/index.html``: the report with every figure of the sweep folder embedded, written atomically."""
     figures = "".join(embed_figure(png) for png in sorted(folder.glob("*.png")))
+    figures = f"<h2>Figures</h2>{figures}" if figures else ""  # none when no task finished
     body = markdown.markdown(sweep_report(summary), extensions=["tables"], output_format="html")
     title = f"layerscope sweep {html.escape(folder.resolve().name)}"
     made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>'
             f'<body><p class="muted">Rendered {made} by layerscope from the files in this folder.</p>{body}'
-            f'<h2>Figures</h2>{figures}</body></html>\n')
+            f'{figures}</body></html>\n')
     path = folder / "index.html"
     with atomic_file(path, "w") as f:
         f.write(page)

@@ -7,26 +7,27 @@ The folder holds ``config.yaml`` (the resolved plan), ``tasks/<model>/`` (each t
 folder, written whole or not at all), and, gathered from the finished tasks: ``table.csv``,
 ``sweep.json`` (every task's status, error, time, headline numbers; the manifest), one figure
 per layer-wise metric, ``training_dynamics.png`` when revisions name training steps,
-``report.md`` and ``index.html``. Running the same sweep again into the same folder skips the
+``report.md``, ``index.html`` and ``.layerscope.json`` (the marker, listing the figures: a rerun deletes
+no other file). Running the same sweep again into the same folder skips the
 finished tasks and retries the failed ones; models added to the list are run too.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import yaml
 from tqdm.auto import tqdm
 
-from ..errors import OutputError
-from ..io import atomic_file, atomic_write_json, check_out_dir
+from ..errors import FORCE, OUT, OutputError
+from ..io import atomic_file, atomic_write_json, check_out_dir, may_replace, read_marker, remove_dir, write_marker
 from ..provenance import library_versions
 from ..studies.config import StudyConfig
+from ..studies.output import input_paths
 from ..studies.result import jsonable
 from ..studies.scaling.analysis import peak_stability
 from ..studies.suite import check_inputs
@@ -40,10 +41,12 @@ from .report import sweep_report, write_sweep_index
 log = logging.getLogger(__name__)
 
 
-def run_sweep(plan: SweepPlan, out: Path, force: bool = False, echo: Callable[[str], None] = print) -> dict:
-    """Run every unfinished task of ``plan`` into ``out/tasks/``, then gather; returns the summary."""
+def run_sweep(plan: SweepPlan, out: Path, force: bool = False, echo: Callable[[str], None] = print,
+              inputs: Iterable[str | os.PathLike] = ()) -> dict:
+    """Run every unfinished task of ``plan`` into ``out/tasks/``, then gather; returns the summary.
+    ``inputs``: input files beyond the plan's own (the sweep file); ``out`` never replaces one."""
     check_inputs(plan.study_config)  # a bad dataset or reference fails before any task starts
-    prepare_out(plan, out, force)
+    prepare_out(plan, out, force, inputs)
     tasks = plan.tasks(out)
     todo = [t for t in tasks if not t.done()]
     outcomes = {t.spec: {"spec": t.spec, "status": "reused", "error": None, "seconds": None}
@@ -63,25 +66,33 @@ def run_sweep(plan: SweepPlan, out: Path, force: bool = False, echo: Callable[[s
     return summary
 
 
-def prepare_out(plan: SweepPlan, out: Path, force: bool) -> None:
+def prepare_out(plan: SweepPlan, out: Path, force: bool, inputs: Iterable[str | os.PathLike] = ()) -> None:
     """Make ``out`` ready: a new folder, or the folder of an earlier run of the same sweep settings
-    (resumed). Another sweep's folder, or any other folder that is not empty, needs ``force``."""
+    (resumed). Another sweep's folder needs ``force``; a folder layerscope did not write, or one that
+    holds an input (``inputs``, the plan's files and local models), is never replaced."""
+    inputs = [*inputs, *input_paths(plan.study_config.to_dict())]
     saved = out / "config.yaml"
-    if (out / "tasks").is_dir() and saved.is_file():
+    if (out / "tasks").is_dir() and saved.is_file() and (read_marker(out) or {}).get("kind") == "sweep":
         differs = settings_difference(saved, plan.config)
         if differs is None:
             _write_config(plan, out)
             return
         if not force:
-            raise OutputError(f"{out} holds a sweep with other settings ({differs}); choose another --out, or pass "
-                              "--force to replace it")
-    check_out_dir(out, force)
-    if out.exists() and force:
-        aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
-        out.rename(aside / out.name)
-        shutil.rmtree(aside, ignore_errors=True)
+            fix = f", or pass {FORCE} to replace it" if may_replace(out, inputs) else ""
+            raise OutputError(f"{out} holds a sweep with other settings ({differs}); choose another {OUT}{fix}")
+    check_out_dir(out, force, inputs)
+    if out.is_dir() and any(out.iterdir()):  # check_out_dir let force replace it: a sweep folder
+        remove_dir(out)
     (out / "tasks").mkdir(parents=True, exist_ok=True)
+    write_marker(out, "sweep", figures=[])
     _write_config(plan, out)
+
+
+def written_figures(out: Path) -> set[str]:
+    """The figures an earlier gather wrote into ``out`` (from its marker): the only files a rerun deletes."""
+    names = (read_marker(out) or {}).get("figures")
+    return {n for n in names if isinstance(n, str) and n.endswith(".png") and n == Path(n).name} \
+        if isinstance(names, list) else set()
 
 
 def settings_difference(saved: Path, config: StudyConfig) -> str | None:
@@ -114,11 +125,14 @@ def gather(plan: SweepPlan, out: Path, outcomes: dict[str, dict], seconds: float
     dynamics = dynamics_figure(rows, f"{plan.config.study}: headline numbers over training")
     if dynamics is not None:
         figures["training_dynamics"] = dynamics
-    for old in out.glob("*.png"):
-        old.unlink()
+    written, pngs = written_figures(out), sorted(f"{name}.png" for name in figures)
+    write_marker(out, "sweep", figures=sorted({*written, *pngs}))  # a kill before the end forgets none
+    for old in written - set(pngs):
+        (out / old).unlink(missing_ok=True)  # an earlier gather's figure this one does not make
     for name, fig in figures.items():
         with atomic_file(out / f"{name}.png") as f:
             fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
+    write_marker(out, "sweep", figures=pngs)
     summary = {"study": plan.config.study, "executor": plan.executor, "ray_address": plan.ray_address,
                "tasks": rows, "n_done": sum(r.get("numbers") is not None for r in rows),
                "n_failed": sum(r["status"] == "failed" for r in rows),

@@ -13,7 +13,7 @@ from ..controls import group_warnings
 from ..inputs import free_memory
 from ..manifest import add_timings, manifest, model_entry
 from ..result import StudyResult, make_table
-from .analysis import add_degradation, disparity_table, median_ppl_ratio, sweep_table, verdicts
+from .analysis import add_degradation, check_scored, disparity_table, median_ppl_ratio, sweep_table, verdicts
 from .configs import load_configs, standard_configs, sweep_configs
 from .figures import figures as draw_figures
 from .report import report as write_report
@@ -36,7 +36,7 @@ class Ablation(Study):
         variants = [primary]
         if (config.quant_scheme, config.quant_targets) != NOTEBOOK:
             variants.append(Variant("per-tensor/all-weights (notebook)", *NOTEBOOK, sweep=False))
-        max_length = SEED_MAX_LENGTH if config.compat == "seed" else None
+        max_length = config.max_length or (SEED_MAX_LENGTH if config.compat == "seed" else None)  # explicit wins
         timings: dict[str, float] = {}
         summaries, rows, models = {}, [], []
         for spec in config.models:
@@ -61,8 +61,9 @@ class Ablation(Study):
                    "languages": {lang.code: lang.resource for lang in languages.languages}}
         summary = {"bits": config.bits, "primary": primary.label, "models": summaries,
                    "warnings": group_warnings(len(languages.high), len(languages.low))}
-        return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest(config, models, dataset, timings),
-                           summary=summary, table=make_table(rows))
+        record = manifest(config, models, dataset, timings, max_length=max_length)
+        return StudyResult(study=self.name, config=config.to_dict(), manifest=record, summary=summary,
+                           table=make_table(rows))
 
     figures = staticmethod(draw_figures)
     report = staticmethod(write_report)
@@ -91,7 +92,7 @@ class Ablation(Study):
 def _analyse(model: str, n: int, per_text, order: list[str], variants: list[Variant]) -> tuple[dict, list[dict]]:
     rows, out = [], {"n_layers": n, "variants": {}}
     for variant in variants:
-        scored = add_degradation(per_text[per_text["variant"] == variant.label])
+        scored = check_scored(model, add_degradation(per_text[per_text["variant"] == variant.label]))
         names = [c for c in order if c in set(scored["config"])]
         per_config = disparity_table(scored, names)
         entry = {"scheme": variant.scheme, "targets": variant.targets, "per_config": per_config,

@@ -13,8 +13,14 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..finite import check_rows
+
 MIN_HR_DEGRADATION = 0.001
 H5_THRESHOLD = 30.0
+SCORES = ("ppl", "degradation", "delta_nll")
+VERDICT_METRICS = (*SCORES, "d_hr", "d_lr")
+"""Table metrics H5, the halves, synergy and the sweep's most sensitive layers are computed from
+(``disparity_ratio`` and ``reduction_pct`` are absent by design when ``disparity_note`` says why)."""
 
 
 def add_degradation(per_text: pd.DataFrame) -> pd.DataFrame:
@@ -29,8 +35,25 @@ def add_degradation(per_text: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def check_scored(model: str, scored: pd.DataFrame) -> pd.DataFrame:
+    """``scored`` (from :func:`add_degradation`), once every ppl, degradation and delta_nll is finite; else
+    ``NonFiniteError`` naming the model, configuration, layer, language and text. Call it before any verdict."""
+    values = scored[list(SCORES)].to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
+        r = scored.iloc[i]
+        layer = int(r["config"].removeprefix("only_L")) if r["config"].startswith("only_L") else None
+        check_rows("ablation", [{"model": model, "layer": layer, "metric": SCORES[j], "value": values[i, j],
+                                 "variant": r["variant"], "config": r["config"], "lang": r["lang"],
+                                 "sample": r["sample"]}])
+    return scored
+
+
 def disparity(d_hr: float, d_lr: float) -> tuple[float | None, str | None]:
     """D_LR / D_HR, or None with the reason when the high-resource degradation is too small."""
+    if not (math.isfinite(d_hr) and math.isfinite(d_lr)):  # a bug: check_scored comes first
+        raise ValueError(f"disparity of non-finite degradations {d_hr}, {d_lr}")
     if not d_hr > MIN_HR_DEGRADATION:
         return None, (f"high-resource degradation {d_hr:.2e} is below {MIN_HR_DEGRADATION}: "
                       "the ratio would divide by (almost) zero")

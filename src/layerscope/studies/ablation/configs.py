@@ -7,11 +7,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...data.pairs import _short, parse_json, read_text, require_file
 from ...errors import DatasetError
 
 
@@ -43,27 +43,37 @@ def sweep_configs(n: int) -> dict[str, LayerConfig]:
 
 
 def load_configs(path: str | os.PathLike, n: int) -> dict[str, LayerConfig]:
-    """A JSON file ``{name: [layers to quantize]}`` or ``{name: {"quantize": [...], "description": ...}}``.
+    """A JSON file ``{name: [layers to quantize]}`` or ``{name: {"quantize": [...], "description": ...}}``,
+    checked against a model with ``n`` decoder layers.
 
     ``baseline`` and ``all_quantized`` are added when missing: every comparison needs them.
     """
+    configs = {"baseline": LayerConfig("baseline", frozenset(), "no layer quantized"),
+               "all_quantized": LayerConfig("all_quantized", frozenset(range(n)), "every layer quantized")}
+    for config in read_configs(path).values():
+        bad = [i for i in sorted(config.quantize) if i >= n]
+        if bad:
+            raise DatasetError(f"{path}: config '{config.name}': layer {bad[0]} is out of range; this model has "
+                               f"decoder layers 0 to {n - 1}")
+        configs[config.name] = config
+    return configs
+
+
+def read_configs(path: str | os.PathLike) -> dict[str, LayerConfig]:
+    """``read_configs("mine.json")``: the file's configurations, each a list of layer numbers >= 0, checked
+    without a model (:func:`load_configs` checks them against the model's layer count)."""
     path = Path(path)
-    if not path.is_file():
-        raise DatasetError(f"configs file {path} does not exist; pass 'standard' or an existing JSON file")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"{path}: not valid JSON ({exc})") from None
+    require_file(path, "configs file", "--configs (or pass 'standard')")
+    data = parse_json(path, read_text(path))
     if not isinstance(data, dict) or not data:
         raise DatasetError(f'{path}: expected a JSON object {{"name": [layers to quantize], ...}}')
-    configs = {k: v for k, v in standard_configs(n).items() if k in ("baseline", "all_quantized")}
+    configs = {}
     for name, body in data.items():
         layers, text = (body.get("quantize"), body.get("description", "")) if isinstance(body, dict) else (body, "")
         if not isinstance(layers, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
-            raise DatasetError(f"{path}: config '{name}': expected a list of layer numbers to quantize")
-        bad = [i for i in layers if not 0 <= i < n]
-        if bad:
-            raise DatasetError(f"{path}: config '{name}': layer {bad[0]} is out of range; this model has "
-                               f"decoder layers 0 to {n - 1}")
+            raise DatasetError(f"{path}: config {_short(name)}: expected a list of layer numbers to quantize")
+        if any(i < 0 for i in layers):
+            raise DatasetError(f"{path}: config {_short(name)}: layer {min(layers)} is negative; decoder layers "
+                               "count from 0")
         configs[name] = LayerConfig(name, frozenset(layers), str(text))
     return configs

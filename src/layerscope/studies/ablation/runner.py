@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from ...data.languages import LanguageTexts
 from ...engine.scoring import score_texts
+from ...errors import ExtractionError
 from ...models import LoadedModel
 from ...quant import WeightSnapshot, quantize_layers, target_params
 from .configs import LayerConfig
@@ -42,7 +43,13 @@ def score_configs(lm: LoadedModel, languages: LanguageTexts, configs: dict[str, 
     snapshot = WeightSnapshot(target_params(lm.model, touched, widest))
 
     def score(name: str, variant: Variant | None, n_quantized: int) -> list[dict]:
-        nll_sum, n_scored = score_texts(lm, texts, batch_size=batch_size, max_length=max_length)
+        try:
+            nll_sum, n_scored = score_texts(lm, texts, batch_size=batch_size, max_length=max_length)
+        except ExtractionError as exc:
+            if variant is None:
+                raise
+            raise ExtractionError(f"{exc} (configuration {name!r}, {variant.label} at {bits} bits; the unquantized "
+                                  "model gave finite numbers, so quantizing caused it: try more --bits)") from None
         return [{"config": name, "variant": variant.label if variant else "baseline", "lang": lang,
                  "resource": resource[lang], "sample": sample, "n_quantized": n_quantized, "nll": s / n,
                  "n_scored": int(n)} for (lang, sample, _), s, n in zip(entries, nll_sum, n_scored)]

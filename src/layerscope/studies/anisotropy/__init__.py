@@ -37,7 +37,7 @@ class Anisotropy(Study):
             start = time.perf_counter()
             lm = load_model(spec, dtype=config.dtype, device=config.device, device_map=config.device_map)
             loaded = time.perf_counter()
-            states = token_states(lm, prompts.texts, batch_size=config.batch_size)
+            states = token_states(lm, prompts.texts, batch_size=config.batch_size, max_length=config.max_length)
             extracted = time.perf_counter()
             info = lm.info
             del lm

@@ -14,10 +14,13 @@ from scipy import stats
 
 from ...engine.tokens import TokenStates
 from ...spectrum import anisotropy_metrics
+from ..finite import check_rows, check_values
 from ..result import layer_row
 
 METRICS = ("eigenvalue_variance", "top1_ratio", "effective_rank", "cos_to_mean", "var_top10", "var_top50")
 OUTLIER_METRICS = ("n_outlier_dims", "outlier_share_top1", "top1_ratio_without_outliers")
+VERDICT_METRICS = (*METRICS, *OUTLIER_METRICS, "eigenvalue_share")
+"""Every per-layer number: L*, the bell test and the outlier verdict are computed from them."""
 SPECTRUM_RANKS = 100
 SATURATED = 0.99
 
@@ -93,10 +96,21 @@ def outlier_verdict(all_tokens: list[dict], summary: dict, without_pos0: list[di
     return text
 
 
+def check_states(name: str, states: TokenStates) -> None:
+    """``NonFiniteError`` naming the layer, text and position of the first NaN or inf token state: checked before
+    any spectrum, where NaN would crash inside LAPACK and inf turn every metric into NaN."""
+    finite = np.isfinite(states.layers).all(axis=2)  # (n_layers + 1, n_tokens)
+    if not finite.all():
+        layer, token = np.argwhere(~finite)[0]
+        check_values("anisotropy", name, f"layer {layer} token state of text {states.text_index[token]} at position "
+                     f"{states.position[token]}", states.layers[layer, token])
+
+
 def analyse_model(name: str, n_layers: int, states: TokenStates, token_sets: list[str], primary: str,
                   reference: int | None) -> tuple[dict, list[dict]]:
     views = {"all": states, "excl_pos0": states.select(states.position > 0)}
     rows, sets, per_set = [], {}, {}
+    check_states(name, states)
     for tokens in token_sets:
         view = views[tokens]
         per_layer = [anisotropy_metrics(view.layers[layer]) for layer in range(n_layers + 1)]
@@ -108,6 +122,7 @@ def analyse_model(name: str, n_layers: int, states: TokenStates, token_sets: lis
             normalised = m["eigenvalues"][:SPECTRUM_RANKS] / m["eigenvalues"].sum()
             rows += [layer_row(name, layer, n_layers, "eigenvalue_share", v, rank=k + 1, **extra)
                      for k, v in enumerate(normalised)]
+        check_rows("anisotropy", rows, VERDICT_METRICS)  # before L* and the verdicts
         sets[tokens] = token_set_summary(per_layer, n_layers, reference)
         sets[tokens]["n_tokens"] = int(len(view.position))
     summary = {

@@ -3,11 +3,10 @@ changes sign."""
 
 from __future__ import annotations
 
-from ...data import load_pairs
 from ...report.markdown import signed
 from ..base import Study
 from ..config import StudyConfig
-from ..controls import category_warnings
+from ..controls import category_warnings, study_pairs
 from ..inputs import analyse_pairs
 from ..result import StudyResult, make_table
 from .analysis import analyse_model
@@ -22,8 +21,8 @@ class Divergence(Study):
                 "model's output preference, and where does r change sign?")
 
     def run(self, config: StudyConfig) -> StudyResult:
-        pairs = load_pairs(config.dataset)
-        warnings = category_warnings(self.name, pairs, config.drop_category)  # a bad category fails here
+        pairs = study_pairs(config.dataset, config.drop_category)  # too few categories or a bad drop fail here
+        warnings = category_warnings(self.name, pairs, config.drop_category)
         summaries, rows, manifest = analyse_pairs(config, pairs, lambda run: analyse_model(
             run, run.layers, config.compat, config.ci_level, config.seed, config.n_permutations, config.drop_category))
         return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest,

@@ -18,17 +18,22 @@ import numpy as np
 from ...geometry import uniformity
 from ...stats import pearson, sign_changes
 from ..controls import add_q, in_subset, length_control, pearson_tests, spearman_tests, subset_name
+from ..finite import check_rows, check_values, defined
 from ..inputs import PairRun
 from ..result import layer_row
 
 POOLINGS = ("mean", "last", "first")
+VERDICT_METRICS = ("pref", "ua")
+"""Table metrics every r, and so every verdict, is computed from. An r itself may be undefined (NaN in the table,
+None in the summary, n/a in the report) where UA is the same in every category, e.g. at layer 0 with last-token
+pooling when every statement ends in the same token; the verdicts skip such layers."""
 LABELS = [(-0.5, "INVERSE (strong negative)"), (-0.2, "Weak negative"), (0.2, "DECOUPLED (near zero)"),
           (0.5, "Weak positive")]
 
 
-def interpret(r: float) -> str:
-    """The notebook's label for a correlation: thresholds -0.5, -0.2, 0.2, 0.5."""
-    if np.isnan(r):
+def interpret(r: float | None) -> str:
+    """The notebook's label for a correlation: thresholds -0.5, -0.2, 0.2, 0.5; "undefined" for None or NaN."""
+    if r is None or np.isnan(r):
         return "undefined"
     return next((label for upper, label in LABELS if r < upper), "ALIGNED (strong positive)")
 
@@ -47,7 +52,12 @@ def category_pref(pref: np.ndarray, cats: np.ndarray, n_cat: int) -> np.ndarray:
 
 
 def sign_summary(layers: list[int], rs: list[float]) -> tuple[list[dict], str | None]:
-    """Every sign change between consecutive tested layers, or which sign holds throughout."""
+    """Every sign change between consecutive tested layers, or which sign holds throughout; layers where r is
+    undefined (NaN) are left out, so a change across one is between the defined layers either side."""
+    kept = [i for i, r in enumerate(rs) if np.isfinite(r)]
+    layers, rs = [layers[i] for i in kept], [rs[i] for i in kept]
+    if not rs:
+        return [], "undefined"
     points = [{"layer_before": layers[i], "layer_after": layers[i + 1], "r_before": rs[i], "r_after": rs[i + 1]}
               for i in sign_changes(rs)]
     if points:
@@ -59,7 +69,9 @@ def sign_summary(layers: list[int], rs: list[float]) -> tuple[list[dict], str | 
     return points, "unclear"
 
 
-def pooling_effect(r_mean: float, r_last: float) -> str:
+def pooling_effect(r_mean: float | None, r_last: float | None) -> str:
+    if r_mean is None or r_last is None:
+        return "Undefined: the final-layer r of mean or last pooling is undefined."
     if r_last > r_mean + 0.2:
         return "Last-token embeddings correlate MORE with output than mean-pooled."
     if r_last < r_mean - 0.2:
@@ -118,11 +130,13 @@ def analyse_subset(run: PairRun, layers: list[int], compat: str | None, level: f
             rows += [layer_row(info.name, layer, final, "ua", ua[c, layer], pooling=pooling,
                                n=int((cats == c).sum()), category=cat.name)
                      for c, cat in enumerate(pairs.categories)]
+        check_rows("divergence", rows, VERDICT_METRICS)  # the inputs of every r, before any verdict
+        check_values("divergence", info.name, f"layer {final} category UA ({pooling} pooling)", ua[:, final])
         profiles[pooling] = [stats[layer]["value"] for layer in layers]
         points[pooling], throughout[pooling] = sign_summary(layers, profiles[pooling])
-        comparison.append({"pooling": pooling, "layer": final, "r": stats[final]["value"], "p": stats[final]["p"],
-                           "label": interpret(stats[final]["value"]),
-                           **{k: stats[final][k] for k in ("p_perm", "ci_lo", "ci_hi") if k in stats[final]}})
+        comparison.append({"pooling": pooling, "layer": final, "r": defined(stats[final]["value"]),
+                           "p": defined(stats[final]["p"]), "label": interpret(stats[final]["value"]),
+                           **{k: defined(stats[final][k]) for k in ("p_perm", "ci_lo", "ci_hi") if k in stats[final]}})
         if compat != "seed":
             rows += control_rows(run, ua[:, layers], layers, pooling, level, seed, n_permutations)
             significant[pooling] = [layer for layer in layers if stats[layer]["significant"]]

@@ -3,12 +3,12 @@ bootstrap CIs, early/mid/late phase means, pattern label, cross-model comparison
 
 from __future__ import annotations
 
-from ...data import PairDataset, load_pairs
+from ...data import PairDataset
 from ...data.reference import load_phase_reference
 from ...report.markdown import signed
 from ..base import Study
 from ..config import StudyConfig
-from ..controls import small_n_warning
+from ..controls import small_n_warning, study_pairs
 from ..inputs import analyse_pairs, without_category
 from ..result import StudyResult, make_table
 from .analysis import analyse_model
@@ -24,7 +24,7 @@ class Phases(Study):
 
     def run(self, config: StudyConfig) -> StudyResult:
         reference = load_phase_reference(config.reference)  # a bad file fails before any model loads
-        pairs = load_pairs(config.dataset)
+        pairs = study_pairs(config.dataset, config.drop_category)  # too few categories fail here
         warnings = pair_warnings(pairs, config.drop_category)  # and so does a bad --drop-category
         summaries, rows, manifest = analyse_pairs(config, pairs, lambda run: analyse_model(
             run, run.layers, config.pooling, config.n_bootstrap, config.ci_level, config.seed, config.compat,

@@ -20,6 +20,7 @@ import numpy as np
 from ...geometry import centroid_asymmetry
 from ...stats import bca_pearson_ci, bootstrap_pearson, pearson, percentile_ci, resample_indices
 from ..controls import add_q, in_subset, length_control, pearson_tests, spearman_tests, subset_name
+from ..finite import check_values, defined
 from ..inputs import PairRun
 from ..result import layer_row
 
@@ -28,7 +29,12 @@ PATTERNS = {
     "LATE_INVERSION": "negative in late layers",
     "DECOUPLED": "weak correlations throughout",
     "OTHER": "none of the notebook's patterns",
+    "UNDETERMINED": "a phase has no layer with a defined r to average (fewer than 3 tested layers, or r undefined)",
 }
+VERDICT_METRICS = ("phase_mean",)
+"""Table metrics that must be finite: the phase means (a row with n = 0 averages no layer: no mean, by design).
+An r may be undefined (NaN) where the centroid asymmetry is the same for every pair; the phase means and verdicts
+leave such layers out, and :func:`analyse_subset` checks the inputs of every r, asymmetry and preference."""
 
 
 def phase_split(layers: list[int]) -> dict[str, list[int]]:
@@ -49,7 +55,9 @@ def pattern(early: float, mid: float, late: float) -> str:
     return "OTHER"
 
 
-def late_inversion(final_r: float, final_significant: bool) -> str:
+def late_inversion(final_r: float | None, final_significant: bool) -> str:
+    if final_r is None:
+        return "UNDETERMINED: the final-layer r is undefined"
     if final_r < -0.1 and final_significant:
         return "LATE-LAYER INVERSION CONFIRMED"
     if final_r < 0:
@@ -125,6 +133,9 @@ def analyse_subset(run: PairRun, layers: list[int], pooling: str, method: Method
     default the controls (rho, summed preference, the other centroid variant)."""
     info, n_pairs = run.info, len(run.pref)
     x = centroid_asymmetry(run.a(pooling), run.b(pooling), leave_one_out=method.centroids == "loo")[:, layers]
+    check_values("phases", info.name, "output preference NLL(B) - NLL(A)", run.pref)  # the inputs of every r
+    for column, layer in enumerate(layers):
+        check_values("phases", info.name, f"layer {layer} centroid asymmetry ({pooling} pooling)", x[:, column])
     profile = (layer_profile(x, run.pref, method.n_bootstrap, method.level, np.random.RandomState(method.seed))
                if method.seed_compat else tested_profile(x, run.pref, method))
     by_layer = dict(zip(layers, profile))
@@ -132,11 +143,13 @@ def analyse_subset(run: PairRun, layers: list[int], pooling: str, method: Method
                       centroids=method.centroids, **s) for layer, s in by_layer.items()]
     phases = {}
     for phase, members in phase_split(layers).items():
-        mean = float(np.mean([by_layer[layer]["value"] for layer in members])) if members else float("nan")
+        rs = [by_layer[layer]["value"] for layer in members if np.isfinite(by_layer[layer]["value"])]
+        mean = float(np.mean(rs)) if rs else None  # None: no layer in this third, or r undefined at all of them
         phases[phase] = {"layers": members, "mean": mean}
         rows.append({"model": info.name, "pooling": pooling, "metric": "phase_mean", "value": mean,
-                     "n": len(members), "phase": phase})
-    label = pattern(phases["early"]["mean"], phases["mid"]["mean"], phases["late"]["mean"])
+                     "n": len(rs), "phase": phase})
+    means = [p["mean"] for p in phases.values()]
+    label = "UNDETERMINED" if None in means else pattern(*means)
     final = by_layer[layers[-1]]
     summary = {
         "n_layers": info.n_layers,
@@ -151,13 +164,13 @@ def analyse_subset(run: PairRun, layers: list[int], pooling: str, method: Method
         "pattern": label,
         "pattern_text": PATTERNS[label],
         "final_layer": layers[-1],
-        "final_r": final["value"],
+        "final_r": defined(final["value"]),
         "final_significant": final["significant"],
-        "late_inversion": late_inversion(final["value"], final["significant"]),
+        "late_inversion": late_inversion(defined(final["value"]), final["significant"]),
         "significant_layers": [layer for layer, s in by_layer.items() if s["significant"]],
     }
     if not method.seed_compat:
-        summary["final_q"] = final["q"]
+        summary["final_q"] = defined(final["q"])
         other_rows, summary["loo_vs_self"] = centroid_comparison(run, layers, pooling, method, profile)
         rows += control_rows(run, x, layers, pooling, method) + other_rows
     return summary, rows
@@ -186,4 +199,5 @@ def centroid_comparison(run: PairRun, layers: list[int], pooling: str, method: M
     r = {method.centroids: [s["value"] for s in profile], other: [s["value"] for s in tests]}
     diff = np.asarray(r["loo"], dtype=np.float64) - np.asarray(r["self"], dtype=np.float64)
     i = int(np.nanargmax(np.abs(diff))) if np.isfinite(diff).any() else 0
-    return rows, {"layer": layers[i], "r_loo": r["loo"][i], "r_self": r["self"][i], "difference": float(diff[i])}
+    return rows, {"layer": layers[i], "r_loo": defined(r["loo"][i]), "r_self": defined(r["self"][i]),
+                  "difference": defined(diff[i])}

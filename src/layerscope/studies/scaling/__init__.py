@@ -3,10 +3,9 @@ axis, and whether the peak moves with size."""
 
 from __future__ import annotations
 
-from ...data import load_pairs
 from ..base import Study
 from ..config import StudyConfig
-from ..controls import category_warnings
+from ..controls import category_warnings, study_pairs
 from ..inputs import analyse_pairs
 from ..result import StudyResult, make_table
 from .analysis import analyse_model, peak_stability
@@ -21,7 +20,7 @@ class Scaling(Study):
     default_models = ("smollm2-135m", "gemma3-270m")
 
     def run(self, config: StudyConfig) -> StudyResult:
-        pairs = load_pairs(config.dataset)
+        pairs = study_pairs(config.dataset)  # too few categories fail here, before any model loads
         models, rows, manifest = analyse_pairs(config, pairs, lambda run: analyse_model(
             run, run.layers, config.pooling, config.compat, config.ci_level, config.seed, config.n_permutations))
         summary = {"pooling": config.pooling, "models": models,

@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import LayerscopeError
 from ...stats import sign_changes
 from ..controls import add_q, spearman_tests
 from ..divergence.analysis import category_pref, category_tests, category_ua
+from ..finite import check_values, defined
 from ..inputs import PairRun
 from ..result import layer_row
 
 STABLE_STD_PCT = 10.0
+VERDICT_METRICS = ()
+"""Table metrics that must be finite: none, since the table holds only r and rho, which are undefined (NaN) where
+UA is the same in every category; :func:`profile` checks their inputs, UA and the preference, instead."""
 
 
 def profile(run: PairRun, layers: list[int], pooling: str, compat: str | None = None, level: float = 0.95,
@@ -29,6 +34,9 @@ def profile(run: PairRun, layers: list[int], pooling: str, compat: str | None = 
     cats, n_cat = run.pairs.pair_categories(), len(run.pairs.categories)
     ua = category_ua(run.a(pooling), run.b(pooling), cats, n_cat)[:, layers]
     pref = category_pref(run.pref, cats, n_cat)
+    check_values("scaling", run.info.name, "category preference NLL(B) - NLL(A)", pref)  # before any r
+    for column, layer in enumerate(layers):
+        check_values("scaling", run.info.name, f"layer {layer} category UA ({pooling} pooling)", ua[:, column])
     r_tests = category_tests(ua, pref, compat, level, seed, n_permutations)
     if compat == "seed":
         return r_tests, []
@@ -46,20 +54,26 @@ def analyse_model(run: PairRun, layers: list[int], pooling: str, compat: str | N
     if compat != "seed":
         summary["significant_layers"] = [layer for layer, test in zip(layers, r_tests) if test["significant"]]
         at = layers.index(summary["max_pos_layer"])
-        summary["max_pos_ci"] = [r_tests[at]["ci_lo"], r_tests[at]["ci_hi"]]
-        summary["max_pos_q"], summary["max_pos_rho"] = r_tests[at]["q"], rho_tests[at]["value"]
+        summary["max_pos_ci"] = [defined(r_tests[at]["ci_lo"]), defined(r_tests[at]["ci_hi"])]
+        summary["max_pos_q"], summary["max_pos_rho"] = defined(r_tests[at]["q"]), defined(rho_tests[at]["value"])
     return summary, rows
 
 
 def profile_summary(layers: list[int], rs: list[float], n_layers: int) -> dict:
-    """Largest r and its layer and % depth, the most negative r, the final r, sign changes."""
-    r = np.asarray(rs, dtype=np.float64)
-    hi, lo = int(np.nanargmax(r)), int(np.nanargmin(r))
+    """Largest r and its layer and % depth, the most negative r, the final r (None where undefined), sign changes;
+    layers where r is undefined (NaN: UA the same in every category) are left out of all but the final r."""
+    kept = [i for i, x in enumerate(rs) if np.isfinite(x)]
+    if not kept:
+        raise LayerscopeError(f"scaling: r(UA, preference) is undefined at every tested layer ({layers}): UA is the "
+                              "same in every category, so there is no profile; test other layers or another pooling")
+    final_r = defined(rs[-1])
+    layers, r = [layers[i] for i in kept], np.asarray([rs[i] for i in kept], dtype=np.float64)
+    hi, lo = int(np.argmax(r)), int(np.argmin(r))
     return {
         "n_layers": n_layers,
         "max_pos_r": float(r[hi]), "max_pos_layer": layers[hi], "max_pos_pct": layers[hi] / n_layers * 100,
         "max_neg_r": float(r[lo]), "max_neg_layer": layers[lo], "max_neg_pct": layers[lo] / n_layers * 100,
-        "final_r": float(r[-1]),
+        "final_r": final_r,
         "sign_changes": [{"layer_before": layers[i], "layer_after": layers[i + 1],
                           "midpoint_pct": (layers[i] + layers[i + 1]) / 2 / n_layers * 100}
                          for i in sign_changes(r)],
