@@ -5,7 +5,6 @@ disk, and the fix spelled for the CLI or for Python. Every case checks the user'
 import errno
 import hashlib
 import json
-import os
 import pathlib
 import shutil
 import subprocess

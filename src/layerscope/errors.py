@@ -15,6 +15,7 @@ spellings, and each side shows its own:
 from __future__ import annotations
 
 import re
+from typing import Any
 
 _SPELLED = re.compile("\x1e([^\x1e\x1f]*)\x1f([^\x1e\x1f]*)\x1e")
 
@@ -26,6 +27,15 @@ def spelled(cli: str, python: str) -> str:
 
 FORCE = spelled("--force", "force=True")
 OUT = spelled("--out", "out folder")
+
+
+def short(value: Any, limit: int = 80) -> str:
+    """``short(value)``: ``repr(value)`` cut to ``limit`` characters, for error messages about any input."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        text = f"<deeply nested {type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class LayerscopeError(Exception):

@@ -13,10 +13,10 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import SMALL_TEXTS, small_pairs
 from typer.testing import CliRunner
 
 import tiny
+from conftest import SMALL_TEXTS, small_pairs
 from layerscope.cli import app
 from layerscope.studies import StudyConfig, run_study
 from layerscope.studies.finite import NonFiniteError, check_result, check_rows, check_summary, verdict_metrics

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ..errors import DatasetError
+from ..errors import DatasetError, short
 from ..provenance import sha256_json
-from .pairs import _short, check_text, parse_json, read_text, require_file
+from .pairs import check_text, parse_json, read_text, require_file
 
 RESOURCES = ("high", "low")
 
@@ -69,26 +69,26 @@ def load_languages(path: str | os.PathLike | None = None) -> LanguageTexts:
         if not code.strip():
             raise DatasetError(f"{path}: a language has an empty code; give every language a code like 'en'")
         if problem := check_text(code):
-            raise DatasetError(f"{path}: the language code {_short(code)} {problem}")
+            raise DatasetError(f"{path}: the language code {short(code)} {problem}")
         where = f"{path}: language {code!r}"
         if not isinstance(body, dict):
-            raise DatasetError(f'{where}: expected an object with "resource" and "texts", got {_short(body)}')
+            raise DatasetError(f'{where}: expected an object with "resource" and "texts", got {short(body)}')
         resource = body.get("resource")
         if not isinstance(resource, str) or resource not in RESOURCES:
-            raise DatasetError(f"{where}: resource is {_short(resource)}; use \"high\" or \"low\"")
+            raise DatasetError(f"{where}: resource is {short(resource)}; use \"high\" or \"low\"")
         texts = body.get("texts")
         if not isinstance(texts, list) or not texts:
-            raise DatasetError(f"{where}: 'texts' must be a non-empty list of strings, got {_short(texts)}")
+            raise DatasetError(f"{where}: 'texts' must be a non-empty list of strings, got {short(texts)}")
         for i, text in enumerate(texts):
             if not isinstance(text, str) or not text.strip():
-                raise DatasetError(f"{where}, text {i}: expected a non-empty string, got {_short(text, 60)}")
+                raise DatasetError(f"{where}, text {i}: expected a non-empty string, got {short(text, 60)}")
             if problem := check_text(text):
                 raise DatasetError(f"{where}, text {i} {problem}")
         extra = {}
         for field in ("name", "script"):
             if field in body:
                 if not isinstance(body[field], str):
-                    raise DatasetError(f"{where}: '{field}' must be a string, got {_short(body[field])}")
+                    raise DatasetError(f"{where}: '{field}' must be a string, got {short(body[field])}")
                 if problem := check_text(body[field]):
                     raise DatasetError(f"{where}: '{field}' {problem}")
                 extra[field] = body[field]

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DatasetError
+from ..errors import DatasetError, short
 from ..provenance import sha256_json
 
 MIN_PAIRS_PER_CATEGORY = 2
@@ -108,7 +108,7 @@ def check_categories(pairs: PairDataset) -> PairDataset:
     """
     n = len(pairs.categories)
     if n < MIN_CATEGORIES:
-        names = ", ".join(_short(c.name) for c in pairs.categories)
+        names = ", ".join(short(c.name) for c in pairs.categories)
         raise DatasetError(f"{pairs.source}: {n} {'category' if n == 1 else 'categories'} ({names}); "
                            f"{CATEGORY_RULE}, so add categories of pairs to the dataset")
     return pairs
@@ -121,10 +121,10 @@ def _check_distinct(path: Path, categories: list[Category]) -> None:
         for i, pair in enumerate(c.pairs):
             where = f"category {c.name!r}, pair {i}"
             if pair[0] == pair[1]:
-                raise DatasetError(f"{path}: {where} has statement A the same as statement B ({_short(pair[0])}); "
+                raise DatasetError(f"{path}: {where} has statement A the same as statement B ({short(pair[0])}); "
                                    "a pair compares two different statements, so reword one")
             if pair in seen:
-                raise DatasetError(f"{path}: {where} is a duplicate of {seen[pair]} ({_short(list(pair))}); "
+                raise DatasetError(f"{path}: {where} is a duplicate of {seen[pair]} ({short(list(pair))}); "
                                    "every pair must be distinct, so remove or reword one")
             seen[pair] = where
 
@@ -188,7 +188,7 @@ def parse_json(path: Path, text: str, where: str = "") -> Any:
         obj: dict[str, Any] = {}
         for key, value in items:
             if key in obj:
-                raise DatasetError(f"{path}{where}: the key {_short(key)} appears twice in one object; JSON keeps "
+                raise DatasetError(f"{path}{where}: the key {short(key)} appears twice in one object; JSON keeps "
                                    "only the last one, so merge the two entries or rename one")
             obj[key] = value
         return obj
@@ -224,12 +224,12 @@ def check_text(value: str) -> str | None:
 def _category(path: Path, name: Any, pairs: Any, description: Any = "", expected: Any = "",
               where: list[str] | None = None) -> Category:
     if not isinstance(name, str) or not name.strip():
-        raise DatasetError(f"{path}: a category has an empty name {_short(name)}; give every category a name")
+        raise DatasetError(f"{path}: a category has an empty name {short(name)}; give every category a name")
     if problem := check_text(name):
-        raise DatasetError(f"{path}: the category name {_short(name)} {problem}")
+        raise DatasetError(f"{path}: the category name {short(name)} {problem}")
     if not isinstance(pairs, list):
         raise DatasetError(f"{path}: category {name!r}: 'pairs' must be a list of [statement A, statement B] pairs, "
-                           f"got {_short(pairs)}")
+                           f"got {short(pairs)}")
     checked = []
     for i, pair in enumerate(pairs):
         at = f" ({where[i]})" if where else ""
@@ -237,7 +237,7 @@ def _category(path: Path, name: Any, pairs: Any, description: Any = "", expected
                 and all(isinstance(s, str) and s.strip() for s in pair)):
             raise DatasetError(
                 f"{path}: category {name!r}, pair {i}{at}: expected two non-empty strings "
-                f"[statement A, statement B], got {_short(pair)}"
+                f"[statement A, statement B], got {short(pair)}"
             )
         for label, text in zip("AB", pair):
             if problem := check_text(text):
@@ -250,7 +250,7 @@ def _category(path: Path, name: Any, pairs: Any, description: Any = "", expected
         )
     for field, value in (("description", description), ("expected_effect", expected)):
         if not isinstance(value, str):
-            raise DatasetError(f"{path}: category {name!r}: '{field}' must be a string, got {_short(value)}")
+            raise DatasetError(f"{path}: category {name!r}: '{field}' must be a string, got {short(value)}")
         if problem := check_text(value):
             raise DatasetError(f"{path}: category {name!r}: '{field}' {problem}")
     return Category(name=name, pairs=tuple(checked), description=description, expected_effect=expected)
@@ -264,7 +264,7 @@ def _read_json(path: Path, text: str) -> list[Category]:
     categories = []
     for name, body in data.items():
         if not isinstance(body, dict) or "pairs" not in body:
-            raise DatasetError(f"{path}: category {_short(name)}: expected an object with a 'pairs' list, "
+            raise DatasetError(f"{path}: category {short(name)}: expected an object with a 'pairs' list, "
                                f"like {{\"pairs\": [[a, b], ...]}}")
         categories.append(_category(path, name, body["pairs"], body.get("description", ""),
                                     body.get("expected_effect", "")))
@@ -276,7 +276,7 @@ def _group(path: Path, rows: list[tuple[str, Any, Any, Any]]) -> list[Category]:
     groups: dict[Any, tuple[list, list[str]]] = {}
     for where, name, a, b in rows:
         if not isinstance(name, str) or not name.strip():
-            raise DatasetError(f"{path}, {where}: the category is {_short(name)}; give every pair a category name")
+            raise DatasetError(f"{path}, {where}: the category is {short(name)}; give every pair a category name")
         pairs, wheres = groups.setdefault(name, ([], []))
         pairs.append([a, b])
         wheres.append(where)
@@ -317,11 +317,3 @@ def _read_csv(path: Path, text: str) -> list[Category]:
         line = reader.reader.line_num  # DictReader.line_num is only updated after a row is read whole
         raise DatasetError(f"{path}, line {line}: malformed CSV ({exc}); check the quotes on that line") from None
     return _group(path, rows)
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    try:
-        text = repr(value)
-    except RecursionError:
-        text = f"<deeply nested {type(value).__name__}>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import LayerscopeError
+from ..errors import LayerscopeError, short
 from ..models import DEFAULT_MODEL, ZOO, LoadedModel
 from ..quant.fake import parse_scheme
 
@@ -26,15 +26,6 @@ class ConfigError(LayerscopeError):
 PAIR_STUDIES = ("divergence", "scaling", "phases")
 PATH_FIELDS = ("dataset", "reference", "prompts", "texts")
 """Settings that name an input file (besides ``configs``, which may also be 'standard')."""
-
-
-def short(value: Any, limit: int = 80) -> str:
-    """``short(value)``: ``repr(value)`` cut to ``limit`` characters, for error messages about any input."""
-    try:
-        text = repr(value)
-    except RecursionError:
-        text = f"<deeply nested {type(value).__name__}>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def model_name(model: str | LoadedModel) -> str:

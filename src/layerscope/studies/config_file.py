@@ -30,14 +30,15 @@ import sys
 import tomllib
 import types
 import typing
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ..data.pairs import file_problem
-from .config import PATH_FIELDS, ConfigError, StudyConfig, absolute_model, absolute_path, short
+from ..errors import short
+from .config import PATH_FIELDS, ConfigError, StudyConfig, absolute_model, absolute_path
 
 SUITE = ("divergence", "scaling", "phases", "anisotropy", "ablation")
 """Every study, in the order a suite runs and reports them."""

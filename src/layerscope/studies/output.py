@@ -30,7 +30,6 @@ from .config_file import dump_configs
 from .registry import get_study
 from .result import StudyResult
 
-
 INPUT_FIELDS = ("dataset", "reference", "prompts", "texts", "configs")
 """The config fields that name input files (``configs`` unless it is 'standard')."""
 

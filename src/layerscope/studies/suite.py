@@ -26,8 +26,8 @@ from ..report.html import write_index
 from .ablation.configs import read_configs
 from .config import StudyConfig
 from .config_file import dump_configs
-from .output import input_paths
 from .controls import study_pairs
+from .output import input_paths
 from .registry import get_study, run_study
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...data.pairs import _short, parse_json, read_text, require_file
-from ...errors import DatasetError
+from ...data.pairs import parse_json, read_text, require_file
+from ...errors import DatasetError, short
 
 
 @dataclass(frozen=True)
@@ -71,9 +71,9 @@ def read_configs(path: str | os.PathLike) -> dict[str, LayerConfig]:
     for name, body in data.items():
         layers, text = (body.get("quantize"), body.get("description", "")) if isinstance(body, dict) else (body, "")
         if not isinstance(layers, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
-            raise DatasetError(f"{path}: config {_short(name)}: expected a list of layer numbers to quantize")
+            raise DatasetError(f"{path}: config {short(name)}: expected a list of layer numbers to quantize")
         if any(i < 0 for i in layers):
-            raise DatasetError(f"{path}: config {_short(name)}: layer {min(layers)} is negative; decoder layers "
+            raise DatasetError(f"{path}: config {short(name)}: layer {min(layers)} is negative; decoder layers "
                                "count from 0")
         configs[name] = LayerConfig(name, frozenset(layers), str(text))
     return configs
