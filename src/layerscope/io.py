@@ -64,7 +64,7 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb", size: int | None = No
         written = _bytes_in(Path(tmp))
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        if _is_disk_full(exc) and not isinstance(exc, DiskFullError):
+        if is_disk_full(exc) and not isinstance(exc, DiskFullError):
             raise disk_full(path, size or written, exact=size is not None) from None
         raise
 
@@ -187,7 +187,7 @@ def staged_dir(out: str | os.PathLike, force: bool = False, kind: str = "folder"
         except BaseException as exc:
             written = _bytes_in(tmp)
             shutil.rmtree(tmp, ignore_errors=True)
-            if _is_disk_full(exc):
+            if is_disk_full(exc):
                 raise disk_full(out, size or written, exact=size is not None, kind=kind) from None
             raise
     finally:
@@ -253,7 +253,8 @@ def disk_full(path: Path, needed: int, exact: bool = False, kind: str = "folder"
                          f"{needed:,} bytes and {free} there; nothing of it was kept; {fix}")
 
 
-def _is_disk_full(exc: BaseException) -> bool:
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the disk (or the quota) is full."""
     return isinstance(exc, DiskFullError) or (isinstance(exc, OSError) and exc.errno in _DISK_FULL)
 
 

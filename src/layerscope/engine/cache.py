@@ -24,7 +24,6 @@ a batch to store, a lock it could not hold) is one :class:`CacheError` naming th
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import io
 import json
@@ -39,7 +38,7 @@ import numpy as np
 from filelock import FileLock
 
 from ..errors import CacheError
-from ..io import atomic_write_bytes, atomic_write_json
+from ..io import atomic_write_bytes, atomic_write_json, is_disk_full
 from ..paths import cache_error
 from .activations import npz_bytes
 
@@ -135,7 +134,7 @@ class BatchStore:
         try:
             atomic_write_bytes(path, data)
         except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # disk full: not the cache's fault, reported as such
+            if is_disk_full(exc):  # disk full: not the cache's fault, reported as such
                 raise
             raise cache_error(path, exc) from None
 

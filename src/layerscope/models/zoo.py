@@ -10,7 +10,6 @@ loads take about a second.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import importlib.util
 import logging
@@ -22,7 +21,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from ..errors import ModelLoadError
-from ..io import staged_dir
+from ..io import is_disk_full, staged_dir
 from ..paths import cache_error, models_dir
 
 log = logging.getLogger(__name__)
@@ -114,7 +113,7 @@ def _convert_once(dest: Path, locate: Callable[[Path], Path]) -> Path:
     except Timeout:
         pass  # another process is converting it: wait for it below
     except OSError as exc:
-        if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        if is_disk_full(exc):
             raise
         raise cache_error(dest, exc, doing="convert the model into") from None
     with FileLock(str(lock)):
