@@ -10,6 +10,8 @@
     lo, hi = percentile_ci(bootstrap_pearson(x, y, idx), level=0.95)
     lo, hi = bca_pearson_ci(xs, y, 10_000, 0.95, rng) # BCa intervals, (k,) each
     sign_changes([0.3, 0.1, -0.2])                    # -> [1]: between positions 1 and 2
+    t, p = dependent_r_test(r_xy, r_zy, r_xz, n)      # Williams: do r(x, y) and r(z, y) differ?
+    loo = leave_one_out_r(x, y);  d = cooks_distance(x, y)   # influence of each point
 """
 
 from __future__ import annotations
@@ -156,3 +158,50 @@ def sign_changes(values) -> list[int]:
     """Positions i where ``values[i]`` and ``values[i + 1]`` have strictly opposite signs."""
     v = np.asarray(values, dtype=np.float64)
     return [int(i) for i in np.flatnonzero(v[:-1] * v[1:] < 0)]
+
+
+def dependent_r_test(r_xy: float, r_zy: float, r_xz: float, n: int) -> tuple[float, float]:
+    """Williams' t for H0: rho(x, y) = rho(z, y), two correlations on the same n cases that share y
+    (Steiger 1980, eq. 7, the test he recommends): ``t, p = dependent_r_test(r_xy, r_zy, r_xz, n)``.
+
+    t = (r_xy - r_zy) sqrt((n - 1)(1 + r_xz) / (2 (n - 1)/(n - 3) |R| + rbar^2 (1 - r_xz)^3)), df = n - 3, where
+    |R| = 1 - r_xy^2 - r_zy^2 - r_xz^2 + 2 r_xy r_zy r_xz and rbar = (r_xy + r_zy) / 2; p is two-sided.
+    (nan, nan) when n <= 3 or a correlation is not finite.
+    """
+    rs = np.array([r_xy, r_zy, r_xz], dtype=np.float64)
+    if n <= 3 or not np.isfinite(rs).all():
+        return float("nan"), float("nan")
+    det = max(1 - r_xy**2 - r_zy**2 - r_xz**2 + 2 * r_xy * r_zy * r_xz, 0.0)
+    rbar = (r_xy + r_zy) / 2
+    denominator = 2 * (n - 1) / (n - 3) * det + rbar**2 * (1 - r_xz) ** 3
+    if denominator <= 0:  # x and z identical: the two correlations are the same number
+        return 0.0, 1.0
+    t = (r_xy - r_zy) * np.sqrt((n - 1) * (1 + r_xz) / denominator)
+    return float(t), float(2 * stats.t.sf(abs(t), n - 3))
+
+
+def leave_one_out_r(x, y) -> np.ndarray:
+    """(n,) Pearson r of ``x``, ``y`` without point i, for each i (NaN where a side becomes constant)."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    n = len(x)
+    keep = ~np.eye(n, dtype=bool)  # row i keeps every point but i
+    return pearson_along(np.broadcast_to(x, (n, n))[keep].reshape(n, n - 1),
+                         np.broadcast_to(y, (n, n))[keep].reshape(n, n - 1))
+
+
+def cooks_distance(x, y) -> np.ndarray:
+    """(n,) Cook's distance of each point in the least-squares line of ``y`` on ``x``:
+    D_i = e_i^2 / (2 s^2) * h_i / (1 - h_i)^2, h_i = 1/n + (x_i - mean x)^2 / Sxx, s^2 = SSE / (n - 2).
+    NaN when n <= 2, x is constant or the fit is exact."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    n = len(x)
+    sxx = ((x - x.mean()) ** 2).sum()
+    if n <= 2 or sxx == 0:
+        return np.full(n, np.nan)
+    fit = stats.linregress(x, y)
+    residual = y - (fit.intercept + fit.slope * x)
+    s2 = (residual**2).sum() / (n - 2)
+    if s2 == 0:
+        return np.full(n, np.nan)
+    h = 1 / n + (x - x.mean()) ** 2 / sxx
+    return residual**2 / (2 * s2) * h / (1 - h) ** 2

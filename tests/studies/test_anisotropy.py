@@ -1,6 +1,9 @@
+import numpy as np
 import pytest
+from scipy.stats import t as student
 
-from layerscope.studies.anisotropy.analysis import bell_test, key_layers, l_star, reference_match
+from layerscope.report.markdown import number
+from layerscope.studies.anisotropy.analysis import bell_test, bell_verdict, key_layers, l_star, reference_match
 
 
 def test_l_star_and_bell_on_a_rising_then_falling_curve():
@@ -42,3 +45,60 @@ def test_bell_test_segments_shorter_than_ten_layers_get_a_warning():
     assert bell_warnings("m", 12, 30) == []  # 12 and 19 layers
     assert len(bell_warnings("m", 9, 12)) == 2  # 9 and 4 layers
     assert bell_warnings("m", 0, 30) == []  # no segment before L*: nothing is fitted there
+
+
+def slope_by_hand(x, y):
+    """Least-squares slope and its two-sided p (t with n - 2 degrees of freedom), from the textbook formulas."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    sxx, sxy = ((x - x.mean()) ** 2).sum(), ((x - x.mean()) * (y - y.mean())).sum()
+    r = sxy / np.sqrt(sxx * ((y - y.mean()) ** 2).sum())
+    t = r * np.sqrt((len(x) - 2) / (1 - r**2))
+    return sxy / sxx, 2 * student.sf(abs(t), len(x) - 2)
+
+
+def test_a_flat_profile_with_a_tiny_positive_slope_is_not_a_bell():
+    layers = np.arange(31)
+    values = 0.3 + 0.0005 * layers + 0.01 * (-1.0) ** layers  # zigzag noise around a near-flat line
+    values[15] += 0.04  # the maximum
+    star = l_star(list(values))
+    assert star == 15
+    slope1, p1 = slope_by_hand(layers[:15], values[:15])
+    slope2, p2 = slope_by_hand(layers[15:], values[15:])
+    assert slope1 > 0 and p1 > 0.05 and slope2 < 0 and p2 > 0.05
+    assert bell_test(list(values), star)["is_bell_curve"]  # the notebook's rule: any rise, then any fall
+    bell = bell_verdict(list(values), star, level=0.95)
+    assert bell["phase1_slope"] == pytest.approx(slope1) and bell["phase1_p"] == pytest.approx(p1)
+    assert bell["phase1_q"] == pytest.approx(max(p1, p2) if p1 > p2 else min(2 * p1, p2))
+    assert not bell["is_bell_curve"] and bell["assessable"]
+    assert bell["verdict"].startswith("not a bell curve: no significant rise before L* (layers 0-14: slope +")
+    assert f"p = {number(p1)}" in bell["verdict"]
+
+
+def test_a_clear_rise_and_fall_over_many_layers_is_a_bell_with_textbook_slopes_and_bh_q():
+    layers = np.arange(31)
+    values = 0.9 - np.abs(layers - 12) / 25 + 0.01 * np.random.default_rng(0).normal(size=31)
+    star = l_star(list(values))
+    assert star == 12
+    (s1, p1), (s2, p2) = slope_by_hand(layers[:12], values[:12]), slope_by_hand(layers[12:], values[12:])
+    bell = bell_verdict(list(values), star, level=0.95)
+    assert bell["phase1_slope"] == pytest.approx(s1) and bell["phase2_slope"] == pytest.approx(s2)
+    assert bell["phase1_p"] == pytest.approx(p1, rel=1e-6) and bell["phase2_p"] == pytest.approx(p2, rel=1e-6)
+    small, large = sorted([p1, p2])  # Benjamini-Hochberg over two: the larger p stays, the smaller doubles (capped)
+    assert sorted([bell["phase1_q"], bell["phase2_q"]]) == pytest.approx([min(2 * small, large), large], rel=1e-6)
+    assert bell["is_bell_curve"] and bell["phase1_layers"] == [0, 11] and bell["phase2_layers"] == [12, 30]
+    assert bell["verdict"].startswith(f"bell curve: rises before L* (layers 0-11: slope +{number(s1)} per layer, "
+                                      f"p = {number(p1)}")
+
+
+def test_a_rise_without_a_significant_fall_is_not_a_bell_and_short_segments_are_not_assessable():
+    values = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.69, 0.7, 0.69, 0.7, 0.69]
+    bell = bell_verdict(values, 6, level=0.95)
+    _, p2 = slope_by_hand(np.arange(6, 12), values[6:])
+    assert bell["phase2_slope"] < 0 and p2 > 0.05
+    assert not bell["is_bell_curve"] and bell["verdict"].startswith(
+        "not a bell curve: no significant fall from L* on (layers 6-11:")
+    assert "no significant rise" not in bell["verdict"]
+    short = bell_verdict([0.1, 0.5, 0.4, 0.3, 0.2], 1, level=0.95)
+    assert not short["assessable"] and not short["is_bell_curve"] and short["phase1_p"] is None
+    assert short["verdict"] == ("bell test not assessable: 1 layer(s) before L* (layer 0); it needs >= 3 layers on "
+                                "each side of L*")

@@ -1,3 +1,4 @@
+import dataclasses
 import itertools
 import json
 
@@ -5,11 +6,39 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from layerscope.studies.divergence.analysis import analyse_model, interpret, pooling_effect, sign_summary
-from layerscope.studies.result import make_table
 import notebook_reference as notebook
 import synthetic
-from synthetic import pair_run
+from layerscope.studies.divergence.analysis import analyse_model, interpret, pooling_effect, sign_summary
+from layerscope.studies.result import make_table
+
+
+def staged(run, seed=0):
+    """The run with what the engine extracts by default beside it: pre-norm final states for every pooling and the
+    check poolings mean_no_pos0 and mean_no_massive (each a perturbed copy of the mean)."""
+    rng = np.random.default_rng(seed + 100)
+    mean = run.acts.pooled["mean"]
+    pooled = {**run.acts.pooled, **{p: (mean + rng.normal(scale=0.5, size=mean.shape)).astype(np.float32)
+                                    for p in ("mean_no_pos0", "mean_no_massive")}}
+    pre_norm = {p: (3 * x[:, -1] + rng.normal(size=x[:, -1].shape)).astype(np.float32) for p, x in pooled.items()}
+    return dataclasses.replace(run, acts=dataclasses.replace(run.acts, pooled=pooled, pre_norm=pre_norm))
+
+
+def pair_run(seed=0, **kwargs):
+    return staged(synthetic.pair_run(seed=seed, **kwargs), seed)
+
+
+def rebuilt_without(run, name):
+    """synthetic.without, with the pre-norm rows of the kept pairs too."""
+    keep = np.repeat([c.name != name for c in run.pairs.categories for _ in c.pairs], 2)
+    rebuilt = synthetic.without(run, name)
+    return dataclasses.replace(rebuilt, acts=dataclasses.replace(
+        rebuilt.acts, pre_norm={p: x[keep] for p, x in run.acts.pre_norm.items()}))
+
+
+def states(run, pooling, layer, side):
+    """(n_pairs, d) states of the A (side 0) or B (side 1) texts at ``layer``, the final one before the final norm."""
+    x = run.acts.pre_norm[pooling] if layer == run.info.n_layers else run.acts.pooled[pooling][:, layer]
+    return x[side::2]
 
 
 @pytest.mark.parametrize("r, label", [
@@ -37,9 +66,10 @@ def test_pooling_effect_thresholds():
 
 
 def naive_r(run, pooling, layer):
-    """The notebook's loop: per category, explicit cosine kernel, upper triangle, then Pearson."""
+    """The notebook's loop: per category, explicit cosine kernel, upper triangle, then Pearson (the final layer
+    before the final norm)."""
     uniformity = notebook.uniformity
-    a, b, pref, cats = run.a(pooling)[:, layer], run.b(pooling)[:, layer], run.pref, run.pairs.pair_categories()
+    a, b, pref, cats = states(run, pooling, layer, 0), states(run, pooling, layer, 1), run.pref, run.pairs.pair_categories()
     uas = [uniformity(a[cats == c]) - uniformity(b[cats == c]) for c in range(len(run.pairs.categories))]
     prefs = [pref[cats == c].mean() for c in range(len(run.pairs.categories))]
     return np.corrcoef(uas, prefs)[0, 1]
@@ -48,14 +78,15 @@ def naive_r(run, pooling, layer):
 def test_analysis_matches_the_notebook_loop_at_every_layer_and_pooling():
     run = pair_run()
     summary, rows = analyse_model(run, [0, 4, 8])
-    r_rows = [r for r in rows if r["metric"] == "r_ua_pref"]
+    r_rows = [r for r in rows if r["metric"] == "r_ua_pref" and r["subset"] == "all"]
     assert len(r_rows) == 3 * 3
     for row in r_rows:
         assert row["value"] == pytest.approx(naive_r(run, row["pooling"], row["layer"]), abs=1e-6)  # float32 kernel
         assert row["n"] == 6 and row["depth"] == row["layer"] / 8
+        assert row.get("stage") == ("pre_norm" if row["layer"] == 8 else None)
     for c in summary["pooling_comparison"]:
         assert c["layer"] == 8 and c["r"] == pytest.approx(naive_r(run, c["pooling"], 8), abs=1e-6)
-        assert c["label"] == interpret(c["r"])
+        assert c["label"] == interpret(c["r"]) if c["q"] < 0.05 else c["label"].startswith("not significant")
     prefs = [r for r in rows if r["metric"] == "pref"]
     cats = run.pairs.pair_categories()
     assert [p["value"] for p in prefs] == pytest.approx([run.pref[cats == c].mean() for c in range(6)])
@@ -64,7 +95,7 @@ def test_analysis_matches_the_notebook_loop_at_every_layer_and_pooling():
 def category_arrays(run, pooling, layer):
     """Category UA (the notebook's kernel loop) and category mean preferences, mean and summed."""
     cats, n_cat = run.pairs.pair_categories(), len(run.pairs.categories)
-    a, b = run.a(pooling)[:, layer], run.b(pooling)[:, layer]
+    a, b = states(run, pooling, layer, 0), states(run, pooling, layer, 1)
     ua = np.array([notebook.uniformity(a[cats == c]) - notebook.uniformity(b[cats == c]) for c in range(n_cat)])
     nll = run.acts.nll_sum / run.acts.n_scored
     pref = np.array([(nll[1::2] - nll[0::2])[cats == c].mean() for c in range(n_cat)])
@@ -132,20 +163,26 @@ def test_dropped_category_rows_equal_an_analysis_of_the_dataset_without_it(compa
     run = pair_run(seed=1)
     layers = [0, 4, 8]
     summary, rows = analyse_model(run, layers, compat=compat, n_permutations=1000, drop_category="c2")
-    expected_summary, expected = analyse_model(synthetic.without(run, "c2"), layers, compat=compat,
+    expected_summary, expected = analyse_model(rebuilt_without(run, "c2"), layers, compat=compat,
                                                n_permutations=1000)
-    rebuilt, selected = synthetic.without(run, "c2"), run.without("c2")
+    expected = [r for r in expected if r["subset"] == "all"]  # by default also its own checks' rows
+    rebuilt, selected = rebuilt_without(run, "c2"), run.without("c2")
     assert selected.pairs == rebuilt.pairs and selected.acts.texts == rebuilt.acts.texts
     np.testing.assert_array_equal(selected.a("last"), rebuilt.a("last"))
     np.testing.assert_array_equal(selected.pref_sum, rebuilt.pref_sum)
     dropped = [r for r in rows if r["subset"] == "without c2"]
-    assert len(dropped) == len(expected) and len(rows) == 2 * len(expected) + 1 + len(layers) * 3  # c2's pref, ua
+    main = [r for r in rows if r["subset"] == "all"]
+    assert len(dropped) == len(expected) and len(main) == len(expected) + 1 + len(layers) * 3  # c2's pref, ua
     for got, want in zip(dropped, expected):
         assert {**got, "subset": "all"} == pytest.approx(want, nan_ok=True)
     w = summary["without_category"]
     assert w["category"] == "c2" and w["n_categories"] == 5
     assert w["final_r"] == {c["pooling"]: c["r"] for c in expected_summary["pooling_comparison"]}
     assert w["divergence_points"] == expected_summary["divergence_points"]["mean"]
+    if compat is None:  # the leave-one-out check of c2 is that analysis, with no rows of its own beside it
+        check = next(c for c in summary["checks"] if c["check"] == "without c2")
+        assert check["value"] == expected_summary["pooling_comparison"][0]["r"]
+        assert check["label"] == expected_summary["pooling_comparison"][0]["label"]
 
 
 def test_an_unknown_or_too_large_drop_is_a_config_error_before_any_model_loads(monkeypatch, tmp_path):

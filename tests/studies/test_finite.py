@@ -158,7 +158,7 @@ def test_an_undefined_r_in_a_table_is_not_an_error_but_a_nan_input_is(clean):
 SUMMARY_FIELDS = {"divergence": (["pooling_comparison", 1, "r"], r"pooling_comparison\[pooling=last\]\.r"),
                   "scaling": (["max_pos_r"], r"max_pos_r"),
                   "phases": (["phases", "late", "mean"], r"phases\.late\.mean"),
-                  "anisotropy": (["token_sets", "all", "bell", "phase1_slope"], r"token_sets\.all\.bell\.phase1_slope"),
+                  "anisotropy": (["token_sets", "all", "bell", "max_value"], r"token_sets\.all\.bell\.max_value"),
                   "ablation": (["variants", "per-channel/linear", "per_config", 2, "d_lr"],
                                r"variants\.per-channel/linear\.per_config\[config=\w+\]\.d_lr")}
 

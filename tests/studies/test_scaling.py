@@ -1,3 +1,4 @@
+import dataclasses
 import itertools
 import math
 
@@ -8,6 +9,17 @@ from scipy import stats
 from layerscope.studies.scaling.analysis import analyse_model, peak_stability, profile_summary
 import notebook_reference as notebook
 from synthetic import pair_run
+
+
+def staged(run, seed=0):
+    """``run`` with what default-mode extraction adds: pre-norm states of the last block (the post-norm last layer
+    rescaled plus noise) and the "mean_no_pos0" / "mean_no_massive" poolings (the mean plus noise)."""
+    rng = np.random.default_rng(seed)
+    pooled = dict(run.acts.pooled)
+    for key in ("mean_no_pos0", "mean_no_massive"):
+        pooled[key] = (pooled["mean"] + rng.normal(scale=0.2, size=pooled["mean"].shape)).astype(np.float32)
+    pre_norm = {p: (3 * x[:, -1] + rng.normal(size=x[:, -1].shape)).astype(np.float32) for p, x in pooled.items()}
+    return dataclasses.replace(run, acts=dataclasses.replace(run.acts, pooled=pooled, pre_norm=pre_norm))
 
 
 def test_profile_summary_by_hand():
@@ -33,15 +45,18 @@ def test_peak_stability_by_hand():
 
 
 def test_default_profile_rows_match_scipy_and_q_decides_significance():
-    run = pair_run(seed=9)
+    run = staged(pair_run(seed=9))
     layers = [0, 2, 4, 6, 8]
     summary, rows = analyse_model(run, layers, "last", n_permutations=1000, level=0.95)  # 6! = 720: exact
     cats, n_cat = run.pairs.pair_categories(), len(run.pairs.categories)
     pref = np.array([run.pref[cats == c].mean() for c in range(n_cat)])
-    r_rows = {r["layer"]: r for r in rows if r["metric"] == "r_ua_pref"}
-    rho_rows = {r["layer"]: r for r in rows if r["metric"] == "rho_ua_pref"}
-    for layer in layers:
-        a, b = run.a("last")[:, layer], run.b("last")[:, layer]
+    main = [r for r in rows if r["subset"] == "all"]
+    r_rows = {r["layer"]: r for r in main if r["metric"] == "r_ua_pref"}
+    rho_rows = {r["layer"]: r for r in main if r["metric"] == "rho_ua_pref"}
+    assert [r.get("stage") for r in r_rows.values()] == [None] * 4 + ["pre_norm"]  # layer 8 = n_layers
+    for layer in layers:  # layer 8 is the last block's output before the final norm
+        states = run.acts.pooled["last"][:, layer] if layer < 8 else run.acts.pre_norm["last"]
+        a, b = states[0::2], states[1::2]
         ua = np.array([notebook.uniformity(a[cats == c]) - notebook.uniformity(b[cats == c]) for c in range(n_cat)])
         r = stats.pearsonr(ua, pref)[0]
         assert r_rows[layer]["value"] == pytest.approx(r, abs=1e-6)
@@ -57,6 +72,7 @@ def test_default_profile_rows_match_scipy_and_q_decides_significance():
         np.testing.assert_allclose([family[layer]["q"] for layer in layers], q, rtol=1e-12)
         assert [family[layer]["significant"] for layer in layers] == list(q < 0.05)
     peak = r_rows[summary["max_pos_layer"]]
+    assert summary["max_pos_layer"] == max((l for l in layers if l != 0), key=lambda l: r_rows[l]["value"])
     assert summary["max_pos_ci"] == [peak["ci_lo"], peak["ci_hi"]] and summary["max_pos_q"] == peak["q"]
     assert summary["significant_layers"] == [layer for layer in layers if r_rows[layer]["significant"]]
 
@@ -74,7 +90,7 @@ def test_scaling_warns_about_few_categories(monkeypatch):
     from layerscope.studies.config import StudyConfig
     from layerscope.studies.scaling import Scaling
 
-    monkeypatch.setattr(inputs, "pair_runs", lambda config, pairs, timings: iter([pair_run(seed=9)]))
+    monkeypatch.setattr(inputs, "pair_runs", lambda config, pairs, timings: iter([staged(pair_run(seed=9))]))
     summary = Scaling().run(StudyConfig(study="scaling", models=("synthetic",))).summary
     assert list(summary["models"]) == ["synthetic"] and "max_pos_q" in summary["models"]["synthetic"]
     assert summary["warnings"] == [  # from the bundled dataset's 7 categories

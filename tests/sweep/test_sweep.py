@@ -71,7 +71,8 @@ def test_ray_sweep_equals_the_serial_one_reports_a_failure_and_resumes(sweep_inp
     # each model's rows are its own task's table, in task order, with the layers its depth gives
     assert list(gathered["model"].unique()) == models
     for model, depth in zip(models, DEPTHS):
-        rows = gathered[(gathered["model"] == model) & (gathered["metric"] == "r_ua_pref")]
+        rows = gathered[(gathered["model"] == model) & (gathered["metric"] == "r_ua_pref")
+                        & (gathered["subset"] == "all")]  # not the sensitivity checks' rows
         assert sorted(rows["layer"]) == list(range(depth + 1)) and set(rows["n_layers"]) == {depth}
     saved = json.loads((tmp_path / "ray" / "sweep.json").read_text())
     assert saved["executor"] == "ray" and [t["status"] for t in saved["tasks"]] == ["done"] * 3 + ["failed"]
@@ -105,8 +106,11 @@ def test_a_revision_sweep_tracks_headline_numbers_over_training(tmp_path, monkey
     for row in summary["tasks"]:
         task = StudyResult.load(tmp_path / "out" / row["folder"])
         assert task.manifest["models"][0]["revision"] == row["revision"]
-        r = table[(table["revision"] == row["revision"]) & (table["metric"] == "r_ua_pref")].sort_values("layer")
-        peak = int(np.argmax(r["value"].to_numpy()))  # the profile's peak, by hand
+        # the main profile: all pairs, the final layer before the final norm
+        r = table[(table["revision"] == row["revision"]) & (table["metric"] == "r_ua_pref")
+                  & (table["subset"] == "all") & (table["stage"] != "post_norm")].sort_values("layer")
+        assert list(r["layer"]) == [0, 1, 2, 3]
+        peak = 1 + int(np.argmax(r["value"].to_numpy()[1:]))  # the profile's peak, by hand, without layer 0
         assert row["numbers"]["peak_r"] == pytest.approx(r["value"].iloc[peak])
         assert row["numbers"]["peak_depth_pct"] == pytest.approx(100 * r["layer"].iloc[peak] / 3)
         assert row["numbers"]["final_r"] == pytest.approx(r["value"].iloc[-1])

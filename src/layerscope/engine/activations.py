@@ -2,6 +2,8 @@
 
     acts = extract(lm, texts)
     acts.pooled["mean"]        # (n_texts, n_layers + 1, d) float32; layer 0 = embeddings
+    acts.pooled["mean_no_pos0"], acts.pooled["mean_no_massive"]   # sensitivity views, computed by default
+    acts.pre_norm["mean"]      # (n_texts, d): the last block's output before the final norm
     acts.nll_mean[i]           # mean next-token NLL of text i (nats), = HF outputs.loss
     acts.save("out/activations.npz");  Activations.load("out/activations.npz")
 """
@@ -21,13 +23,15 @@ import numpy as np
 from ..errors import ExtractionError
 from ..io import atomic_file
 from ..models.info import ModelInfo
+from .pooling import ALL_POOLINGS
 
 
 @dataclass(frozen=True)
 class ExtractSettings:
     """Everything besides the model and the texts that decides an extraction's numbers."""
 
-    poolings: tuple[str, ...] = ("mean", "last", "first")
+    poolings: tuple[str, ...] = ALL_POOLINGS
+    """``POOLINGS`` (mean, last, first) and the sensitivity views ``CHECK_POOLINGS``, see :mod:`.pooling`."""
     compat: str | None = None
     """``None``: corrected method (BOS dropped by id). ``"seed"``: the notebooks' (token 0 dropped)."""
     batch_size: int = 16
@@ -63,6 +67,10 @@ class Activations:
     settings: ExtractSettings
     model: ModelInfo
     fingerprint: str
+    pre_norm: dict[str, np.ndarray] = field(default_factory=dict)
+    """pooling -> (n_texts, d) float32: the same poolings of the last decoder block's output, before the model's
+    final norm (``pooled[p][:, n_layers]`` is after it, as transformers' last hidden state). Empty for a file
+    saved before layerscope captured it (format 1): extract again to get it."""
     stats: ExtractStats | None = field(default=None, compare=False)
 
     @property
@@ -84,6 +92,7 @@ class Activations:
         meta = {"texts": self.texts, "settings": self.settings.to_dict(), "model": self.model.to_dict(),
                 "fingerprint": self.fingerprint}
         arrays = {f"pooled_{k}": v for k, v in self.pooled.items()}
+        arrays.update({f"prenorm_{k}": v for k, v in self.pre_norm.items()})
         with atomic_file(path) as f:
             np.savez(f, nll_sum=self.nll_sum, n_scored=self.n_scored, n_tokens=self.n_tokens,
                      meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
@@ -91,7 +100,8 @@ class Activations:
     @classmethod
     def load(cls, path: str | os.PathLike) -> Activations:
         """``Activations.load("runs/extract-X")``: a file :meth:`save` wrote, or the folder holding its
-        ``activations.npz`` (what ``layerscope extract`` writes), as :meth:`StudyResult.load` takes a run folder."""
+        ``activations.npz`` (what ``layerscope extract`` writes), as :meth:`StudyResult.load` takes a run folder.
+        A file written before the pre-norm capture loads with ``pre_norm == {}``."""
         path = Path(path)
         if path.is_dir():
             path = path / "activations.npz"
@@ -107,6 +117,7 @@ class Activations:
             return cls(
                 texts=meta["texts"],
                 pooled={k.removeprefix("pooled_"): z[k] for k in z.files if k.startswith("pooled_")},
+                pre_norm={k.removeprefix("prenorm_"): z[k] for k in z.files if k.startswith("prenorm_")},
                 nll_sum=z["nll_sum"], n_scored=z["n_scored"], n_tokens=z["n_tokens"],
                 settings=ExtractSettings(**settings), model=ModelInfo(**meta["model"]),
                 fingerprint=meta["fingerprint"],

@@ -2,6 +2,8 @@
 
     mask = mean_mask(batch, bos_token_id, compat=None)       # (B, T) tokens that enter the mean
     vecs = pool(hidden, batch, mask, ("mean", "last"))       # {"mean": (B, d), "last": (B, d)}
+    masks = pooling_masks(batch, bos_token_id, None, massive)  # every mean-type pooling's (B, T) mask
+    vecs = pool(hidden, batch, masks, ALL_POOLINGS)
     nll_sum, n_scored = token_nll(logits, batch)             # (B,), (B,)
 
 Pad positions are selected away (``torch.where``), never multiplied by zero, so
@@ -20,6 +22,18 @@ POOLINGS = ("mean", "last", "first")
 """``mean``: average of the text's tokens without a leading BOS token (seed compat:
 without position 0, whatever it is); ``last``: the last real token; ``first``: position 0."""
 
+CHECK_POOLINGS = ("mean_no_pos0", "mean_no_massive")
+"""Sensitivity views of ``mean``, computed by default. ``mean_no_pos0``: every real token except position 0
+(always, BOS or not: the attention sink sits there). ``mean_no_massive``: the ``mean`` tokens (by the compat
+rule) without those flagged as massive activations at any decoder block output (see
+:mod:`layerscope.engine.massive`); a text left with no token falls back to its ``mean_no_pos0`` tokens."""
+
+ALL_POOLINGS = POOLINGS + CHECK_POOLINGS
+"""What :func:`layerscope.extract` computes unless told otherwise."""
+
+MEAN_POOLINGS = ("mean", *CHECK_POOLINGS)
+"""The poolings that average a masked set of tokens."""
+
 
 def mean_mask(batch: Batch, bos_token_id: int | None, compat: str | None = None) -> torch.Tensor:
     """(B, T) bool: the tokens a ``mean`` pooling averages.
@@ -37,13 +51,40 @@ def mean_mask(batch: Batch, bos_token_id: int | None, compat: str | None = None)
     return mask
 
 
-def pool(hidden: torch.Tensor, batch: Batch, mask: torch.Tensor, poolings: Sequence[str]) -> dict[str, torch.Tensor]:
-    """Pool one layer's ``hidden`` (B, T, d) into {pooling: (B, d) float32}."""
+def no_pos0_mask(batch: Batch) -> torch.Tensor:
+    """(B, T) bool: every real token except each text's first (position 0)."""
+    mask = batch.attention_mask.bool().clone()
+    mask[torch.arange(mask.shape[0], device=mask.device), batch.first] = False
+    return mask
+
+
+def pooling_masks(batch: Batch, bos_token_id: int | None, compat: str | None = None,
+                  massive: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """``masks = pooling_masks(batch, bos_id, compat, massive)``: {pooling: (B, T) bool} for every pooling in
+    :data:`MEAN_POOLINGS`; ``mean_no_massive`` only when ``massive`` (B, T) bool (True: a massive-activation
+    token, e.g. from :func:`~layerscope.engine.massive.block_massive`) is given. A text whose ``mean`` tokens are
+    all massive gets its ``mean_no_pos0`` tokens instead."""
+    masks = {"mean": mean_mask(batch, bos_token_id, compat), "mean_no_pos0": no_pos0_mask(batch)}
+    if massive is not None:
+        keep = masks["mean"] & ~massive.to(masks["mean"].device)
+        left_empty = ~keep.any(dim=1, keepdim=True)
+        masks["mean_no_massive"] = torch.where(left_empty, masks["mean_no_pos0"], keep)
+    return masks
+
+
+def pool(hidden: torch.Tensor, batch: Batch, masks: torch.Tensor | dict[str, torch.Tensor],
+         poolings: Sequence[str]) -> dict[str, torch.Tensor]:
+    """Pool one layer's ``hidden`` (B, T, d) into {pooling: (B, d) float32}. ``masks``: the (B, T) ``mean`` mask,
+    or {pooling: mask} for every mean-type pooling asked for (from :func:`pooling_masks`)."""
+    masks = masks if isinstance(masks, dict) else {"mean": masks}
     hidden = hidden.float()
     rows = torch.arange(hidden.shape[0], device=hidden.device)
     out = {}
     for name in poolings:
-        if name == "mean":
+        if name in MEAN_POOLINGS:
+            mask = masks.get(name)
+            if mask is None:
+                raise ValueError(f"pooling {name!r} needs its mask: build masks with pooling_masks(..., massive=)")
             total = torch.where(mask[..., None], hidden, 0.0).sum(dim=1)
             out[name] = total / mask.sum(dim=1, keepdim=True)  # 0/0 = NaN for a text with no token left
         elif name == "last":

@@ -80,8 +80,9 @@ class StudyConfig:
                                "'0,4,8'. Default: all (seed with --compat seed).", studies=PAIR_STUDIES, default=None)
     pooling: str = _help("Pooling for the pair-level and profile analyses (phases, scaling): mean, last, first.",
                          studies=("scaling", "phases"), default="mean")
-    n_bootstrap: int = _help("Bootstrap resamples for confidence intervals.", studies=("phases",), default=10_000)
-    ci_level: float = _help("Confidence level of the intervals.", studies=PAIR_STUDIES, default=0.95)
+    n_bootstrap: int = _help("Bootstrap resamples for confidence intervals.", studies=("phases", "ablation"),
+                             default=10_000)
+    ci_level: float = _help("Confidence level of the intervals.", studies=(*PAIR_STUDIES, "ablation", "anisotropy"), default=0.95)
     seed: int = _help("Random seed for resampling.", default=42)
     batch_size: int = _help("Texts per forward pass.", default=16)
     dtype: str = _help("One dtype for every parameter: float32, float16, bfloat16.", default="float32")

@@ -5,6 +5,7 @@ Spearman rho, small-n warnings and a length control.
     add_q(tests, "p_perm", level=0.95)       # each gains q (BH over the k) and significant (q < 0.05)
     rows = [layer_row(model, layer, n_layers, "r_ua_pref", **t) for layer, t in zip(layers, tests)]
     small_n_warning("divergence", 7, "categories", "category-level")   # [] from n = 10 on
+    small_n_caveat(7, "categories")          # "n = 7 categories < 10", for a console verdict line
     length_control(run)   # pair-level r of the token-length difference with each preference
     pairs = study_pairs(config.dataset, config.drop_category)   # >= 4 categories, also without the dropped one
 """
@@ -66,6 +67,12 @@ def subset_name(category: str | None) -> str:
     return "all" if category is None else f"without {category}"
 
 
+def with_stage(rows: list[dict], n_layers: int, stage: str) -> list[dict]:
+    """The rows, those at layer ``n_layers`` with column ``stage`` set (``"pre_norm"``: the last block's output
+    before the final norm; ``"post_norm"``: after it); other rows unchanged."""
+    return [{**row, "stage": stage} if row.get("layer") == n_layers else row for row in rows]
+
+
 def on_subset(table: pd.DataFrame, subset: str = "all") -> pd.DataFrame:
     """The rows of one ``subset`` (all of them for a table written before the column existed)."""
     return table[table["subset"] == subset] if "subset" in table else table
@@ -77,6 +84,12 @@ def small_n_warning(label: str, n: int, unit: str, kind: str) -> list[str]:
         return []
     return [f"{label}: {kind} correlations use n = {n} {unit} (< {MIN_N}): r, p and intervals are very unstable; "
             "treat them as descriptive."]
+
+
+def small_n_caveat(n: int, unit: str) -> str | None:
+    """The short caveat a console verdict line carries when :func:`small_n_warning` applies:
+    ``small_n_caveat(6, "categories")`` -> ``"n = 6 categories < 10"``; None from n = 10 on."""
+    return f"n = {n} {unit} < {MIN_N}" if n < MIN_N else None
 
 
 def bell_warnings(model: str, l_star: int, n_layers: int) -> list[str]:

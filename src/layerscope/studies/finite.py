@@ -25,7 +25,7 @@ from .result import StudyResult
 
 FIX = ("no verdict is computed from it; the model's activations or NLL overflowed or hold NaN there: run it in "
        "float32 (--dtype float32) and check its weights and the texts")
-LABELS = ("pooling", "tokens", "variant", "config", "lang", "sample", "category", "subset", "phase", "rank")
+LABELS = ("pooling", "tokens", "variant", "config", "lang", "sample", "category", "subset", "stage", "phase", "rank")
 """Row fields that say where a number sits, besides model, layer and metric."""
 
 

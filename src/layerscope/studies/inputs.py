@@ -35,6 +35,9 @@ class PairRun:
     pairs: PairDataset
     layers: list[int]
     """The hidden-state indices to test (from ``config.layers``)."""
+    stage: str = "post_norm"
+    """What layer ``n_layers`` holds: "post_norm" (transformers' last hidden state, after the final norm) or
+    "pre_norm" (the last block's output before it); see :meth:`at_stage`."""
 
     @property
     def info(self) -> ModelInfo:
@@ -62,6 +65,28 @@ class PairRun:
         """(n_pairs,) tokens of B minus tokens of A."""
         return self.acts.n_tokens[1::2] - self.acts.n_tokens[0::2]
 
+    def at_stage(self, stage: str) -> PairRun:
+        """This run with layer ``n_layers`` taken ``"pre_norm"`` (the last block's output, before the final norm)
+        or ``"post_norm"`` (as transformers returns it): ``run.at_stage("pre_norm").a("mean")[:, -1]``."""
+        if stage == self.stage:
+            return self
+        if stage not in STAGES:
+            raise ValueError(f"unknown stage {stage!r}; use one of {STAGES}")
+        if not self.acts.pre_norm:
+            raise ValueError("these activations hold no pre-norm states; extract them again")
+        acts = dataclasses.replace(self.acts, pooled={p: _with_last(x, self.acts.pre_norm[p])
+                                                      for p, x in self.acts.pooled.items()},
+                                   pre_norm={p: x[:, -1] for p, x in self.acts.pooled.items()})
+        return dataclasses.replace(self, acts=acts, stage=stage)
+
+    def mean_from(self, pooling: str) -> PairRun:
+        """This run with its ``mean`` pooling replaced by ``pooling`` (e.g. ``"mean_no_pos0"``), before and after
+        the final norm, so an analysis of ``mean`` runs unchanged on the check's tokens."""
+        acts = dataclasses.replace(self.acts, pooled={**self.acts.pooled, "mean": self.acts.pooled[pooling]},
+                                   pre_norm={**self.acts.pre_norm, "mean": self.acts.pre_norm[pooling]}
+                                   if self.acts.pre_norm else {})
+        return dataclasses.replace(self, acts=acts)
+
     def select(self, index) -> PairRun:
         """This run on the pairs at positions ``index`` only: ``run.select([0, 3, 4])``.
 
@@ -73,12 +98,42 @@ class PairRun:
         acts = dataclasses.replace(
             self.acts, texts=[self.acts.texts[i] for i in rows],
             pooled={pooling: x[rows] for pooling, x in self.acts.pooled.items()},
+            pre_norm={pooling: x[rows] for pooling, x in self.acts.pre_norm.items()},
             nll_sum=self.acts.nll_sum[rows], n_scored=self.acts.n_scored[rows], n_tokens=self.acts.n_tokens[rows])
-        return PairRun(acts=acts, pairs=select_pairs(self.pairs, index), layers=self.layers)
+        return PairRun(acts=acts, pairs=select_pairs(self.pairs, index), layers=self.layers, stage=self.stage)
 
     def without(self, name: str) -> PairRun:
         """This run without the pairs of category ``name`` (``ConfigError`` if there is none)."""
         return self.select(np.flatnonzero(self.pairs.pair_categories() != category_index(self.pairs, name)))
+
+
+STAGES = ("post_norm", "pre_norm")
+TOKEN_CHECKS = {"without position 0": "mean_no_pos0", "without massive-activation tokens": "mean_no_massive"}
+"""Sensitivity checks of mean pooling: the check's name -> the pooling that leaves those tokens out."""
+NORM_CHECK = "after the final norm"
+
+
+def check_runs(run: PairRun, pooling: str, categories: bool = True) -> list[tuple[str, PairRun]]:
+    """The sensitivity checks every default report shows, as (name, run) pairs to analyse like ``run``:
+
+    without position 0 and without the massive-activation tokens (``pooling`` "mean" only), the final layer after
+    the final norm (when ``run`` is at "pre_norm"), and, with ``categories``, each category left out in turn.
+    """
+    out = []
+    if pooling == "mean":
+        out += [(name, run.mean_from(key)) for name, key in TOKEN_CHECKS.items() if key in run.acts.pooled]
+    if run.stage == "pre_norm":
+        out.append((NORM_CHECK, run.at_stage("post_norm")))
+    if categories:
+        out += [(f"without {c.name}", run.without(c.name)) for c in run.pairs.categories]
+    return out
+
+
+def _with_last(x: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """(n, n_layers + 1, d) ``x`` with its last layer replaced by ``last`` (n, d), as a new array."""
+    out = x.copy()
+    out[:, -1] = last
+    return out
 
 
 def category_index(pairs: PairDataset, name: str) -> int:

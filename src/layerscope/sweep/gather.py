@@ -57,8 +57,9 @@ def task_rows(tasks: list[Task], outcomes: dict[str, dict]) -> list[dict]:
 
 def profile_rows(table: pd.DataFrame, config: StudyConfig) -> pd.DataFrame:
     """One value per (model, revision, step, metric, layer): the layer-wise rows of the study's main view
-    (``config.pooling``, all pairs, the headline token set, the primary quantization), averaged over any
-    remaining breakdown such as languages and texts."""
+    (``config.pooling``, all pairs, the headline token set, the primary quantization, not the final layer after
+    the final norm), averaged over any remaining breakdown such as languages and texts; with ``ci_lo``,
+    ``ci_hi`` where the table has them and one row gave the value."""
     keys = ["model", "revision", "step", "metric", "layer"]
     if table.empty or "layer" not in table:  # no task finished: no rows, but the columns every caller reads
         return pd.DataFrame(columns=[*keys, "value", "depth"])
@@ -71,10 +72,15 @@ def profile_rows(table: pd.DataFrame, config: StudyConfig) -> pd.DataFrame:
     for column, value in main.items():
         if column in table:
             keep &= table[column].isna() | (table[column] == value)
+    if "stage" in table:  # the final layer after the model's final norm is not part of the profile
+        keep &= table["stage"] != "post_norm"
     rows = table[keep].copy()
     rows["revision"] = rows["revision"].fillna("")  # groupby drops NaN keys
-    out = rows.groupby(keys, sort=False, dropna=False).agg(value=("value", "mean"), depth=("depth", "first"))
-    out = out.reset_index()
+    bounds = [column for column in ("ci_lo", "ci_hi") if column in rows]
+    out = rows.groupby(keys, sort=False, dropna=False).agg(value=("value", "mean"), depth=("depth", "first"),
+                                                           **{c: (c, "first") for c in bounds}, k=("value", "size"))
+    out.loc[out["k"] > 1, bounds] = np.nan  # an interval only where one row gave the value, none for a mean
+    out = out.drop(columns="k").reset_index()
     out["step"] = out["step"].astype("Int64")
     out["layer"] = out["layer"].astype(np.int64)
     return out

@@ -1,6 +1,6 @@
 """A sweep's report.md and its self-contained index.html.
 
-    text = sweep_report(summary)                 # markdown: tasks, failures, headline numbers
+    text = sweep_report(summary)                 # markdown: tasks, failures, headline numbers (and their names)
     write_sweep_index(Path("runs/sweep"), summary)
 """
 
@@ -15,9 +15,12 @@ import markdown
 from ..io import atomic_file
 from ..report.html import STYLE, embed_figure
 from ..report.markdown import md_table, number
+from .figures import readable
 
 
 def sweep_report(summary: dict) -> str:
+    """``sweep_report(summary)``: the markdown of a sweep (``summary`` as ``sweep.json`` holds it): its tasks,
+    failures, headline numbers with a readable name for each column key, verdicts and the peak's stability."""
     tasks = summary["tasks"]
     done = [t for t in tasks if t.get("numbers") is not None]
     failed = [t for t in tasks if t["status"] == "failed"]
@@ -42,6 +45,7 @@ def sweep_report(summary: dict) -> str:
         out.append(md_table(["model", "revision", "step", *names],
                             [[t["model"], t["revision"] or "", "" if t["step"] is None else t["step"],
                               *(number(t["numbers"].get(n)) for n in names)] for t in done]))
+        out += ["", "Columns: " + "; ".join(f"`{n}`: {readable(n)}" for n in names) + "."]
         out += ["", "## Verdicts", ""] + [f"- {line}" for t in done for line in t["headline"]]
     if summary.get("peak_stability"):
         out += ["", "## Does the peak move with size?", "", f"**{summary['peak_stability']['answer']}**"]

@@ -141,6 +141,13 @@ def gather(plan: SweepPlan, out: Path, outcomes: dict[str, dict], seconds: float
     if plan.config.study == "scaling":
         peaks = [r["numbers"]["peak_depth_pct"] for r in rows if r.get("numbers")]
         summary["peak_stability"] = peak_stability(peaks) if peaks else None
+        if peaks and plan.config.compat != "seed" and summary["peak_stability"]["std_peak_pct"] is not None:
+            stability = summary["peak_stability"]  # no label: a sweep's numbers carry no peak significance
+            stability["peaks_stable"] = None
+            stability["answer"] = (f"Descriptive only: the {len(peaks)} peak depths have mean "
+                                   f"{stability['mean_peak_pct']:.0f}% and standard deviation "
+                                   f"{stability['std_peak_pct']:.1f} points; whether a peak is significant, and the "
+                                   "STABLE/SHIFTS verdict, are in each task's scaling report.")
     atomic_write_json(out / "sweep.json", jsonable(summary))
     with atomic_file(out / "report.md", "w") as f:
         f.write(sweep_report(summary))

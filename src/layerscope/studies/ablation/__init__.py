@@ -9,13 +9,14 @@ from ...data.languages import load_languages
 from ...models import decoder_layers, load_model
 from ..base import Study
 from ..config import StudyConfig
-from ..controls import group_warnings
+from ..controls import MIN_N, group_warnings
 from ..inputs import free_memory
 from ..manifest import add_timings, manifest, model_entry
 from ..result import StudyResult, make_table
-from .analysis import add_degradation, check_scored, disparity_table, median_ppl_ratio, sweep_table, verdicts
+from .analysis import add_degradation, check_scored, median_ppl_ratio, sweep_table
 from .configs import load_configs, standard_configs, sweep_configs
 from .figures import figures as draw_figures
+from .inference import variant_verdicts
 from .report import report as write_report
 from .runner import Variant, score_configs
 
@@ -52,7 +53,7 @@ class Ablation(Study):
             info = lm.info
             del lm
             free_memory()
-            summaries[info.name], model_rows = _analyse(info.name, n, per_text, list(configs), variants)
+            summaries[info.name], model_rows = analyse_model(info.name, n, per_text, list(configs), variants, config)
             rows += model_rows
             models.append(model_entry(info))
             add_timings(timings, load_s=loaded - start, extract_s=scored_at - loaded,
@@ -79,24 +80,53 @@ class Ablation(Study):
         return {k: float("nan") if x is None else x for k, x in out.items()}
 
     def headline(self, result: StudyResult) -> list[str]:
+        """One line per model and variant: the H5 verdict with its interval, leave-one-language-out range and
+        robustness (seed compat: the notebook's rule), and the number of languages when a group has < 10."""
+        seed = result.config.get("compat") == "seed"
+        caveat = _languages_caveat(result.manifest.get("dataset", {}).get("languages", {}))
         lines = []
         for model, s in result.summary["models"].items():
             for label, v in s["variants"].items():
                 h5 = v["verdicts"]["h5"]
-                detail = (f"{h5['reduction_pct']:.1f}% reduction" if h5.get("reduction_pct") is not None
-                          else h5.get("reason", ""))
-                lines.append(f"{model} [{label}]: H5 {h5['result']} ({detail})")
+                detail = h5_detail(h5, seed)
+                lines.append(f"{model} [{label}]: H5 {h5['result']} ({detail}){caveat}")
         return lines
 
 
-def _analyse(model: str, n: int, per_text, order: list[str], variants: list[Variant]) -> tuple[dict, list[dict]]:
+def h5_detail(h5: dict, seed: bool) -> str:
+    """What the H5 verdict rests on, in words: ``"+12.3% reduction, 95% CI [+4.1, +20.2]%, threshold 30%;
+    leave-one-language-out +8.0% to +15.1%; robust to leaving out any one of 8 languages"``."""
+    if h5.get("reduction_pct") is None:
+        return h5.get("reason", "")
+    if seed or "ci" not in h5:
+        return f"{h5['reduction_pct']:.1f}% reduction" + ("; the notebook's rule: > 30%, no interval" if seed else "")
+    lo, hi = h5["ci"]
+    lolo = h5.get("lolo_range")
+    return (f"{h5['reduction_pct']:+.1f}% reduction, {h5['level']:.0%} CI [{lo:+.1f}, {hi:+.1f}]%, threshold "
+            f"{h5['threshold']:g}%; leave-one-language-out "
+            + (f"{lolo[0]:+.1f}% to {lolo[1]:+.1f}%" if lolo else "undefined") + f"; {h5['short_robustness']}")
+
+
+def _languages_caveat(languages: dict[str, str]) -> str:
+    """``" (n = 4 HR / 4 LR languages)"`` when a group has fewer than ``MIN_N`` languages, else ``""``."""
+    n_high = sum(r == "high" for r in languages.values())
+    n_low = sum(r == "low" for r in languages.values())
+    return f" (n = {n_high} HR / {n_low} LR languages)" if languages and min(n_high, n_low) < MIN_N else ""
+
+
+def analyse_model(model: str, n: int, per_text, order: list[str], variants: list[Variant],
+                  config: StudyConfig) -> tuple[dict, list[dict]]:
+    """``summary, rows = analyse_model(name, n_layers, per_text, list(configs), variants, config)``: one model's
+    summary (per variant: per-configuration table, verdicts, sweep) and table rows, from the runner's per-text
+    frame (config, variant, lang, resource, sample, n_quantized, nll, n_scored, ppl)."""
     rows, out = [], {"n_layers": n, "variants": {}}
     for variant in variants:
         scored = check_scored(model, add_degradation(per_text[per_text["variant"] == variant.label]))
         names = [c for c in order if c in set(scored["config"])]
-        per_config = disparity_table(scored, names)
+        per_config, verdicts = variant_verdicts(scored, names, config.compat, config.ci_level, config.n_bootstrap,
+                                                config.seed)
         entry = {"scheme": variant.scheme, "targets": variant.targets, "per_config": per_config,
-                 "verdicts": verdicts(per_config), "all_quantized_ppl_ratio": median_ppl_ratio(scored)}
+                 "verdicts": verdicts, "all_quantized_ppl_ratio": median_ppl_ratio(scored)}
         if variant.sweep:
             sweep = sweep_table(scored)
             entry["sweep"] = sweep.to_dict(orient="records")
@@ -112,5 +142,18 @@ def _analyse(model: str, n: int, per_text, order: list[str], variants: list[Vari
             rows += [{**common, "metric": m, "value": getattr(r, m)} for m in ("ppl", "degradation", "delta_nll")]
         for c in per_config:
             rows += [{"model": model, "config": c["config"], "scheme": variant.scheme, "targets": variant.targets,
-                      "metric": m, "value": c[m]} for m in ("d_hr", "d_lr", "disparity_ratio", "reduction_pct")]
+                      "metric": m, "value": c[m], **_interval(c.get(CI.get(m, ""), False))}
+                     for m in ("d_hr", "d_lr", "disparity_ratio", "reduction_pct", "median_ppl_ratio") if m in c]
     return out, rows
+
+
+CI = {"d_hr": "d_hr_ci", "d_lr": "d_lr_ci", "disparity_ratio": "disparity_ci"}
+"""The per-configuration interval of each table metric (default mode)."""
+
+
+def _interval(ci: list[float] | None | bool) -> dict:
+    """Table columns ``ci_lo``, ``ci_hi`` for a bootstrap interval (None: not computed); {} where the summary
+    has no interval for the metric (seed compat, reduction_pct)."""
+    if ci is False:
+        return {}
+    return {"ci_lo": None, "ci_hi": None} if ci is None else {"ci_lo": ci[0], "ci_hi": ci[1]}

@@ -17,6 +17,10 @@ from ..finite import check_rows
 
 MIN_HR_DEGRADATION = 0.001
 H5_THRESHOLD = 30.0
+BROKEN_PPL_RATIO = 100.0
+"""Default mode: a configuration that multiplies the median text's perplexity by more than this no longer works
+as a language model; its degradations measure the breakage, so it gets no disparity ratio and no reduction
+("model broken, undetermined"). Seed compat keeps the notebook's numbers whatever the perplexity."""
 SCORES = ("ppl", "degradation", "delta_nll")
 VERDICT_METRICS = (*SCORES, "d_hr", "d_lr")
 """Table metrics H5, the halves, synergy and the sweep's most sensitive layers are computed from
@@ -60,25 +64,37 @@ def disparity(d_hr: float, d_lr: float) -> tuple[float | None, str | None]:
     return d_lr / d_hr, None
 
 
-def disparity_table(scored: pd.DataFrame, order: list[str]) -> list[dict]:
+def disparity_table(scored: pd.DataFrame, order: list[str], broken_above: float | None = None) -> list[dict]:
+    """``disparity_table(scored, names)``: per configuration d_hr, d_lr, disparity ratio and reduction against
+    all_quantized, as the notebook computes them. With ``broken_above`` (default mode: ``BROKEN_PPL_RATIO``) each
+    row also has ``median_ppl_ratio`` and ``broken``; a broken row's ratio and reduction are None with the reason."""
+    ppl_ratio = median_ppl_ratios(scored) if broken_above is not None else {}
     rows = []
     for name in order:
         group = scored[scored["config"] == name]
         hr, lr = group[group["resource"] == "high"], group[group["resource"] == "low"]
         d_hr, d_lr = float(hr["degradation"].mean()), float(lr["degradation"].mean())
         ratio, why = disparity(d_hr, d_lr)
+        extra = {}
+        if broken_above is not None:
+            blowup = ppl_ratio.get(name)
+            extra = {"median_ppl_ratio": blowup, "broken": blowup is not None and blowup > broken_above}
+            if extra["broken"]:
+                ratio, why = None, f"model broken (median perplexity x{blowup:.4g} of baseline > {broken_above:g}x)"
         rows.append({
             "config": name, "n_quantized": int(group["n_quantized"].iloc[0]),
             "mean_ppl": float(group["ppl"].mean()), "mean_degradation": float(group["degradation"].mean()),
             "std_degradation": float(group["degradation"].std(ddof=1)) if len(group) > 1 else 0.0,
             "d_hr": d_hr, "d_lr": d_lr, "disparity_ratio": ratio, "disparity_note": why,
             "disparity_diff": d_lr - d_hr,
-            "delta_nll_hr": float(hr["delta_nll"].mean()), "delta_nll_lr": float(lr["delta_nll"].mean()),
+            "delta_nll_hr": float(hr["delta_nll"].mean()), "delta_nll_lr": float(lr["delta_nll"].mean()), **extra,
         })
     by_name = {r["config"]: r for r in rows}
     reference = by_name.get("all_quantized", {}).get("disparity_ratio")
     for row in rows:
         row["reduction_pct"], row["reduction_note"] = reduction(reference, row["disparity_ratio"])
+        if row.get("broken") or by_name.get("all_quantized", {}).get("broken"):
+            row["reduction_note"] = "model broken, undetermined"
     return rows
 
 
@@ -130,10 +146,15 @@ def verdicts(per_config: list[dict]) -> dict:
 def median_ppl_ratio(scored: pd.DataFrame, config: str = "all_quantized") -> float | None:
     """Median over texts of ppl(config) / ppl(baseline): how many-fold the configuration
     multiplies a typical text's perplexity (None when the configuration was not run)."""
+    return median_ppl_ratios(scored).get(config)
+
+
+def median_ppl_ratios(scored: pd.DataFrame) -> dict[str, float]:
+    """{config: :func:`median_ppl_ratio`} for every configuration of ``scored`` ({} without a baseline)."""
     ppl = scored.pivot_table(index=["lang", "sample"], columns="config", values="ppl")
-    if config not in ppl or "baseline" not in ppl:
-        return None
-    return float(np.median(ppl[config] / ppl["baseline"]))
+    if "baseline" not in ppl:
+        return {}
+    return {str(c): float(np.median(ppl[c] / ppl["baseline"])) for c in ppl.columns}
 
 
 def sweep_table(scored: pd.DataFrame) -> pd.DataFrame:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from ...report.plotting import figure
+from ...report.plotting import MARKERS, figure
 from ..result import StudyResult
 
 LOG_ABOVE = 100.0
@@ -44,11 +44,18 @@ def _panels(model: str, label: str, v: dict, rows) -> Figure:
     ax1.set_title("Degradation by layer protection strategy")
 
     ratios = [by[c]["disparity_ratio"] if by[c]["disparity_ratio"] is not None else np.nan for c in order]
-    ax2.barh(order, ratios, color=colors)
+    pos = np.arange(len(order))  # numeric positions: an undefined ratio keeps its row, with the reason written in
+    ax2.barh(pos, np.nan_to_num(ratios), color=colors, xerr=_errors(ratios, [by[c].get("disparity_ci") for c in order]),
+             capsize=3)
+    ax2.set_yticks(pos, order)
+    for k, c in enumerate(order):
+        if by[c]["disparity_ratio"] is None:
+            why = f"broken (ppl x{by[c]['median_ppl_ratio']:.3g})" if by[c].get("broken") else "undefined"
+            ax2.text(0.02, k, why, va="center", fontsize=8, transform=ax2.get_yaxis_transform())
     ax2.axvline(1.0, color="gray", alpha=0.5)
     if "all_quantized" in by and by["all_quantized"]["disparity_ratio"] is not None:
         ax2.axvline(by["all_quantized"]["disparity_ratio"], color="red", linestyle="--", alpha=0.5)
-    ax2.set_xlabel("Disparity ratio D_LR / D_HR (missing: undefined)")
+    ax2.set_xlabel("Disparity ratio D_LR / D_HR" + (" (error bars: bootstrap CI over texts)" if _has_ci(by) else ""))
     ax2.set_title("Language disparity by protection strategy")
 
     per_lang = rows[rows["metric"] == "degradation"].pivot_table(index="config", columns="lang", values="value",
@@ -63,13 +70,17 @@ def _panels(model: str, label: str, v: dict, rows) -> Figure:
     ax3.set_title("Per-language degradation by configuration")
     ax3.legend(title="Language", fontsize=8)
 
-    for c, color in zip(order, colors):
-        ax4.scatter(by[c]["d_hr"], by[c]["d_lr"], s=100, c=color, marker="s" if "gateway" in c else "o", label=c)
+    for k, (c, color) in enumerate(zip(order, colors)):  # a marker per configuration, and its name beside it
+        x, y = by[c]["d_hr"], by[c]["d_lr"]
+        ax4.errorbar(x, y, xerr=_errors([x], [by[c].get("d_hr_ci")]), yerr=_errors([y], [by[c].get("d_lr_ci")]),
+                     fmt=MARKERS[k % len(MARKERS)], markersize=9, color=color, ecolor=color, elinewidth=1,
+                     capsize=2, alpha=0.85, label=c + (" (broken)" if by[c].get("broken") else ""))
+        ax4.annotate(c, (x, y), xytext=(6, 5 if k % 2 == 0 else -11), textcoords="offset points", fontsize=7)
     top = max(max(by[c]["d_hr"] for c in order), max(by[c]["d_lr"] for c in order), 1e-12)
     ax4.plot([0, top], [0, top], "k--", alpha=0.3, label="equal degradation")
-    ax4.set_xlabel("High-resource degradation")
+    ax4.set_xlabel("High-resource degradation" + (" (error bars: bootstrap CI over texts)" if _has_ci(by) else ""))
     ax4.set_ylabel("Low-resource degradation")
-    ax4.set_title("HR vs LR degradation (above the diagonal: disparity)")
+    ax4.set_title("HR vs LR degradation per configuration (above the diagonal: disparity)")
     ax4.legend(fontsize=7, loc="upper left")
     if max(by[c]["mean_degradation"] for c in order) > LOG_ABOVE:  # a broken model: spread the orders of magnitude
         for ax in (ax1, ax4):
@@ -102,6 +113,21 @@ def _heatmap(model: str, label: str, sweep: list[dict], resource: dict[str, str]
     ax.set_title(f"{model}: per-layer sensitivity ({label})\nmean NLL increase over baseline (nats/token)")
     fig.colorbar(image, ax=ax, label="delta NLL")
     return fig
+
+
+def _has_ci(by: dict[str, dict]) -> bool:
+    """Whether the rows carry bootstrap intervals (default mode; seed compat has none)."""
+    return any(r.get("d_hr_ci") is not None for r in by.values())
+
+
+def _errors(values: list[float], cis: list[list[float] | None]) -> np.ndarray | None:
+    """(2, n) distances below and above each value for ``errorbar``/``barh`` (0 where there is no interval);
+    None when no value has one."""
+    if all(ci is None for ci in cis):
+        return None
+    lo = [v - ci[0] if ci is not None and np.isfinite(v) else 0.0 for v, ci in zip(values, cis)]
+    hi = [ci[1] - v if ci is not None and np.isfinite(v) else 0.0 for v, ci in zip(values, cis)]
+    return np.clip(np.array([lo, hi]), 0, None)
 
 
 def _slug(name: str) -> str:

@@ -5,6 +5,21 @@ from __future__ import annotations
 from ...report.markdown import md_table, number
 from ..controls import warning_lines
 from ..result import StudyResult
+from .analysis import BROKEN_PPL_RATIO, H5_THRESHOLD
+
+LARGE = 1e4
+"""Numbers at least this large print in scientific notation (9.633e+05, not 963273.7000)."""
+
+
+def readable(x, digits: int = 4) -> str:
+    """``number(x, digits)``, or scientific notation with 4 significant digits from ``LARGE`` on."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool) and abs(x) >= LARGE:
+        return f"{x:.3e}"
+    return number(x, digits)
+
+
+def _ci(ci: list[float] | None, digits: int = 3) -> str:
+    return "n/a" if ci is None else f"[{ci[0]:+.{digits}f}, {ci[1]:+.{digits}f}]"
 
 
 def _ratio(x) -> str:
@@ -13,46 +28,23 @@ def _ratio(x) -> str:
 
 def report(result: StudyResult) -> str:
     s = result.summary
+    seed = result.config.get("compat") == "seed"
     out = ["# Ablation: which layers matter most when quantized, per language?", "",
-           f"Each configuration fake-quantizes a set of decoder layers to {s['bits']} bits (symmetric, round to "
+           (f"Each configuration fake-quantizes a set of decoder layers to {s['bits']} bits (symmetric, round to "
            "nearest); every text's perplexity is compared with the unquantized baseline. Degradation = "
            "(ppl - baseline) / baseline, clipped at 0 as in the notebook; delta NLL = mean NLL - baseline "
            "(stays readable when perplexity explodes). Disparity = mean low-resource degradation / mean "
-           "high-resource degradation. H5: protecting the first and last layers cuts the disparity by > 30%.", "",
+           "high-resource degradation. H5: protecting the first and last layers cuts the disparity by > 30%."), "",
            _method(result.config), "", *warning_lines(s)]
     for model, m in s["models"].items():
         out += [f"## {model} ({m['n_layers']} decoder layers)", ""]
         for label, v in m["variants"].items():
             rows = [c for c in v["per_config"] if not c["config"].startswith("only_L")]
-            out += [f"### {label}", ""] + _blowup(v.get("all_quantized_ppl_ratio"))
-            out.append(md_table(
-                ["config", "layers quantized", "mean ppl", "mean degradation", "D_HR", "D_LR", "disparity",
-                 "reduction vs all", "delta NLL HR", "delta NLL LR"],
-                [[c["config"], c["n_quantized"], number(c["mean_ppl"], 4), number(c["mean_degradation"], 4),
-                  number(c["d_hr"], 4), number(c["d_lr"], 4), _ratio(c["disparity_ratio"]),
-                  "n/a" if c["reduction_pct"] is None else f"{c['reduction_pct']:+.1f}%",
-                  number(c["delta_nll_hr"], 3), number(c["delta_nll_lr"], 3)] for c in rows]))
-            notes = {c["disparity_note"] for c in rows if c["disparity_note"]}
+            out += [f"### {label}", ""] + _blowup(v.get("all_quantized_ppl_ratio"), seed)
+            out += _config_table(rows, seed)
+            notes = {c["disparity_note"] for c in rows if c["disparity_note"] and not c.get("broken")}
             out += [""] + [f"- disparity undefined where {note}" for note in sorted(notes)] + [""]
-            verdict = v["verdicts"]
-            h5 = verdict["h5"]
-            out.append(f"**H5: {h5['result']}**" + (f" ({h5['reduction_pct']:.1f}% reduction with gateway layers "
-                                                     "protected; threshold 30%)." if h5.get("reduction_pct") is not None
-                                                     else f" ({h5.get('reason')})."))
-            if "halves" in verdict:
-                h = verdict["halves"]
-                out.append(f"- First half protected: disparity {_ratio(h['first_half_protected_ratio'])}, degradation "
-                           f"{number(h['first_half_protected_degradation'], 4)}; second half protected: disparity "
-                           f"{_ratio(h['second_half_protected_ratio'])}, degradation "
-                           f"{number(h['second_half_protected_degradation'], 4)}. More critical for disparity: "
-                           f"{h['more_critical_for_disparity'] or 'undetermined'} layers; for degradation: "
-                           f"{h['more_critical_for_degradation']} layers.")
-            if "synergy" in verdict:
-                syn = verdict["synergy"]
-                out.append("- Synergy: " + (f"undetermined ({syn['reason']})" if syn["synergistic"] is None else
-                                            f"expected (additive) {syn['expected_additive']:.3f}, gateway "
-                                            f"{syn['gateway']:.3f} -> "
-                                            + ("synergistic" if syn["synergistic"] else "no synergy")))
+            out += _seed_verdicts(v["verdicts"]) if seed else _verdicts(v["verdicts"])
             out += ["", "Mean degradation per language (columns) and configuration:", "",
                     _per_language(result.table, model, v, [c["config"] for c in rows])]
             if "sweep" in v:
@@ -69,14 +61,26 @@ def _method(config: dict) -> str:
     return ("Method: the notebook quantizes every parameter named 'weight' in a layer (norm weights included) "
             "with one scale per tensor; layerscope's default quantizes only linear-layer weights with one scale "
             "per output channel, which is how weight-only quantization is deployed. When the chosen scheme is "
-            "not the notebook's, the notebook's is run as well and shown after it, for comparison.")
+            "not the notebook's, the notebook's is run as well and shown after it, for comparison. Intervals: "
+            f"percentile bootstrap over texts, resampled with replacement within each language "
+            f"({config.get('n_bootstrap', 10_000):,} resamples, seed {config.get('seed', 42)}; every configuration "
+            "on the same resamples). H5 is SUPPORTED only when the reduction's interval lies above 30%, "
+            "NOT_SUPPORTED when below, INCONCLUSIVE otherwise, and NOT_APPLICABLE when low-resource languages do "
+            "not degrade more than high-resource ones with every layer quantized (D_LR / D_HR <= 1); leaving out "
+            "one language at a time shows whether a single language decides it. \"More critical\" and "
+            "\"synergistic\" need an interval of the difference that excludes 0. A configuration that multiplies "
+            f"the median text's perplexity by more than {BROKEN_PPL_RATIO:g} is \"model broken, undetermined\".")
 
 
-def _blowup(ratio: float | None) -> list[str]:
+def _blowup(ratio: float | None, seed: bool) -> list[str]:
     if ratio is None:
         return []
     line = f"Quantizing every layer multiplies the median text's perplexity by {ratio:.3g}."
-    if ratio > 100:
+    if ratio > BROKEN_PPL_RATIO and not seed:
+        line += (f" Above {BROKEN_PPL_RATIO:g}x the model no longer works: such a configuration is \"model broken, "
+                 "undetermined\", with no disparity ratio, no reduction and no H5 percentage (its degradations "
+                 "measure the breakage). Read the delta NLL columns, or a scheme that keeps the model usable.")
+    elif ratio > 100:
         line += (" The model no longer works at that scale: degradations are huge "
                  "and the disparity ratio divides one broken model's numbers by another's, so its H5 verdict "
                  "means nothing. Read the delta NLL columns, or a scheme that keeps the model usable.")
@@ -88,4 +92,100 @@ def _per_language(table, model: str, v: dict, configs: list[str]) -> str:
                  & (table["targets"] == v["targets"]) & table["config"].isin(configs)]
     means = rows.groupby(["config", "lang"], sort=False)["value"].mean().unstack()
     langs = list(dict.fromkeys(rows["lang"]))
-    return md_table(["config", *langs], [[c, *(number(means.loc[c, lang], 3) for lang in langs)] for c in configs])
+    return md_table(["config", *langs], [[c, *(readable(means.loc[c, lang], 3) for lang in langs)] for c in configs])
+
+
+def _config_table(rows: list[dict], seed: bool) -> list[str]:
+    """The per-configuration table: the notebook's columns in seed compat; with the perplexity blow-up,
+    the disparity's bootstrap interval and "broken (ppl x...)" in place of a ratio otherwise."""
+    def broken(c) -> str:
+        return f"broken (ppl x{c['median_ppl_ratio']:.4g})"
+
+    if seed:
+        return [md_table(
+            ["config", "layers quantized", "mean ppl", "mean degradation", "D_HR", "D_LR", "disparity",
+             "reduction vs all", "delta NLL HR", "delta NLL LR"],
+            [[c["config"], c["n_quantized"], readable(c["mean_ppl"], 4), readable(c["mean_degradation"], 4),
+              readable(c["d_hr"], 4), readable(c["d_lr"], 4), _ratio(c["disparity_ratio"]),
+              "n/a" if c["reduction_pct"] is None else f"{c['reduction_pct']:+.1f}%",
+              number(c["delta_nll_hr"], 3), number(c["delta_nll_lr"], 3)] for c in rows])]
+    return [md_table(
+        ["config", "layers quantized", "median ppl / baseline", "mean degradation", "D_HR", "D_LR", "disparity",
+         "disparity CI", "reduction vs all", "delta NLL HR", "delta NLL LR"],
+        [[c["config"], c["n_quantized"], readable(c.get("median_ppl_ratio"), 3), readable(c["mean_degradation"], 4),
+          readable(c["d_hr"], 4), readable(c["d_lr"], 4),
+          broken(c) if c.get("broken") else _ratio(c["disparity_ratio"]),
+          "" if c.get("broken") else _ci(c.get("disparity_ci")),
+          broken(c) if c.get("broken") else "n/a" if c["reduction_pct"] is None else f"{c['reduction_pct']:+.1f}%",
+          number(c["delta_nll_hr"], 3), number(c["delta_nll_lr"], 3)] for c in rows])]
+
+
+def _seed_verdicts(verdict: dict) -> list[str]:
+    """The notebook's verdict lines, marked as its rule (point estimates, no intervals)."""
+    h5, out = verdict["h5"], []
+    out.append(f"**H5: {h5['result']}**" + (f" ({h5['reduction_pct']:.1f}% reduction with gateway layers "
+                                             "protected; the notebook's rule: > 30%, no interval)."
+                                             if h5.get("reduction_pct") is not None else f" ({h5.get('reason')})."))
+    if "halves" in verdict:
+        h = verdict["halves"]
+        out.append(f"- First half protected: disparity {_ratio(h['first_half_protected_ratio'])}, degradation "
+                   f"{readable(h['first_half_protected_degradation'], 4)}; second half protected: disparity "
+                   f"{_ratio(h['second_half_protected_ratio'])}, degradation "
+                   f"{readable(h['second_half_protected_degradation'], 4)}. More critical for disparity: "
+                   f"{h['more_critical_for_disparity'] or 'undetermined'} layers; for degradation: "
+                   f"{h['more_critical_for_degradation']} layers (the notebook's rule: the smaller point estimate).")
+    if "synergy" in verdict:
+        syn = verdict["synergy"]
+        out.append("- Synergy: " + (f"undetermined ({syn['reason']})" if syn["synergistic"] is None else
+                                    f"expected (additive) {syn['expected_additive']:.3f}, gateway "
+                                    f"{syn['gateway']:.3f} -> " + ("synergistic" if syn["synergistic"] else "no synergy")
+                                    + " (the notebook's rule)"))
+    return out
+
+
+def _verdicts(verdict: dict) -> list[str]:
+    """H5 with its bootstrap interval and leave-one-language-out range; the halves and synergy labelled only
+    where the interval of their difference excludes 0."""
+    h5 = verdict["h5"]
+    if h5.get("ci") is None:
+        out = [f"**H5: {h5['result']}** ({h5['reason']})."]
+    else:
+        lo, hi = h5["ci"]
+        lolo = h5["lolo_range"]
+        out = [(f"**H5: {h5['result']}**: protecting the gateway layers changes the disparity ratio by "
+               f"{h5['reduction_pct']:+.1f}% ({h5['level']:.0%} bootstrap CI over texts [{lo:+.1f}, {hi:+.1f}]%, "
+               f"{h5['n_resamples']:,} resamples within each language; threshold {H5_THRESHOLD:g}%: SUPPORTED needs "
+               "the whole interval above it, NOT_SUPPORTED below it, else INCONCLUSIVE)."),
+               "- Leave one language out: " + (f"{lolo[0]:+.1f}% to {lolo[1]:+.1f}%" if lolo else "undefined")
+               + " (" + ", ".join(f"without {lang} {'n/a' if x is None else f'{x:+.1f}%'}"
+                                  for lang, x in h5["without_language"].items()) + f"): {h5['short_robustness']}."]
+        if h5.get("n_undefined"):
+            out.append(f"- {h5['n_undefined']} resamples left out: a disparity ratio was undefined in them.")
+    if "halves" in verdict:
+        h = verdict["halves"]
+        level = f"{h['level']:.0%} CI"
+        out.append(f"- First half protected: disparity {_ratio(h['first_half_protected_ratio'])}, degradation "
+                   f"{readable(h['first_half_protected_degradation'], 4)}; second half protected: disparity "
+                   f"{_ratio(h['second_half_protected_ratio'])}, degradation "
+                   f"{readable(h['second_half_protected_degradation'], 4)}. More critical for disparity: "
+                   + _critical(h["more_critical_for_disparity"], h.get("disparity_diff"), h["disparity_diff_ci"], level,
+                               h.get("disparity_reason"))
+                   + "; for degradation: "
+                   + _critical(h["more_critical_for_degradation"], h["degradation_diff"], h["degradation_diff_ci"],
+                               level, h.get("degradation_reason")) + ".")
+    if "synergy" in verdict:
+        syn = verdict["synergy"]
+        out.append("- Synergy: " + (f"undetermined ({syn['reason']})" if "reason" in syn else
+                                    f"expected (additive) {syn['expected_additive']:.3f}, gateway {syn['gateway']:.3f}"
+                                    f", difference {syn['difference']:+.3f} ({syn['level']:.0%} CI "
+                                    f"{_ci(syn['difference_ci'])}) -> {syn['label']}"))
+    return out
+
+
+def _critical(label: str | None, diff: float | None, ci: list[float] | None, level: str, why: str | None) -> str:
+    """``"late layers (first - second half protected +0.31, 95% CI [+0.12, +0.50])"`` or ``"not significant
+    (...)"``."""
+    if label is None:
+        return f"undetermined ({why})"
+    what = f"{label} layers" if label in ("early", "late") else label
+    return f"{what} (first - second half protected {readable(diff, 3)}, {level} {_ci(ci)})"

@@ -1,5 +1,11 @@
 """Anisotropy figures: the 2 x 2 profile panel with L* marked, and the eigenvalue spectrum at
-key layers."""
+key layers.
+
+    figs = figures(result)   # {"anisotropy_profile": Figure, "eigenvalue_spectrum": Figure} (one model)
+
+Default mode: the profile's final point is the pre-norm state (a star), the post-norm state a hollow marker beside
+it, and the title states the bell verdict as computed. Seed compat: the notebook's figure and title.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,10 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from ...report.plotting import figure
+from ...report.plotting import after_norm_marker, figure, split_stage
 from ..result import StudyResult
+from .analysis import TOKEN_SETS
+from .drivers import bell_label
 
 PANELS = [("top1_ratio", "λ1 / Σλ (top-1 share)", "Variance concentration in the first PC", "b", "o"),
           ("effective_rank", "Effective rank", "Effective rank (lower = more anisotropic)", "g", "s"),
@@ -17,6 +25,8 @@ PANELS = [("top1_ratio", "λ1 / Σλ (top-1 share)", "Variance concentration in 
 
 
 def figures(result: StudyResult) -> dict[str, Figure]:
+    """The profile panel and the spectrum figure of each model (suffixed with the model's name when there are
+    several)."""
     out = {}
     table = result.table
     for model, s in result.summary["models"].items():
@@ -25,28 +35,35 @@ def figures(result: StudyResult) -> dict[str, Figure]:
         primary, star = s["primary"], s["l_star"]
         fig, axes = figure(2, 2, size=(14, 10))
         for ax, (metric, ylabel, title, color, marker) in zip(axes.flat, PANELS):
-            for tokens, style in ((primary, "-"), *(((t, "--") for t in s["token_sets"] if t != primary))):
-                series = rows[(rows["metric"] == metric) & (rows["tokens"] == tokens)].sort_values("layer")
+            others = [t for t in s["token_sets"] if t != primary]
+            for tokens, style in ((primary, "-"), *zip(others, ("--", ":"))):
+                series, after = split_stage(rows[(rows["metric"] == metric) & (rows["tokens"] == tokens)])
+                series = series.sort_values("layer")
                 plot = ax.semilogy if metric == "eigenvalue_variance" else ax.plot
                 plot(series["layer"], series["value"], style, color=color, marker=marker, markersize=4,
                      linewidth=2 if tokens == primary else 1, alpha=1 if tokens == primary else 0.6,
                      label=_label(tokens))
                 if metric == "top1_ratio" and tokens == primary:
                     ax.fill_between(series["layer"], series["value"], alpha=0.2, color=color)
+                if tokens == primary and len(after):
+                    final = series[series["layer"] == s["n_layers"]]
+                    ax.scatter(final["layer"], final["value"], s=160, marker="*", color=color, zorder=6,
+                               label=f"layer {s['n_layers']} before the final norm (used)")
+                    after_norm_marker(ax, after["layer"], after["value"], color)
             ax.axvline(star, color="red", linestyle="--", linewidth=2, label=f"L* = {star}")
             ax.set_xlabel("Layer")
             ax.set_ylabel(ylabel)
             ax.set_title(title)
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=9)
-        fig.suptitle(f"{model}: anisotropy profile (bell curve predicted, max at L*)", fontsize=15, fontweight="bold")
+        fig.suptitle(_title(model, s), fontsize=15, fontweight="bold")
         out[f"anisotropy_profile{suffix}"] = fig
 
         fig, axes = figure(1, 1, size=(12, 6))
         ax = axes[0, 0]
         layers = s["token_sets"][primary]["key_layers"]
         colors = colormaps["viridis"](np.linspace(0, 1, len(layers)))
-        spectrum = rows[(rows["metric"] == "eigenvalue_share") & (rows["tokens"] == primary)]
+        spectrum = split_stage(rows[(rows["metric"] == "eigenvalue_share") & (rows["tokens"] == primary)])[0]
         for color, layer in zip(colors, layers):
             series = spectrum[spectrum["layer"] == layer].sort_values("rank")
             ax.semilogy(series["rank"] - 1, series["value"], color=color, linewidth=2, label=f"Layer {layer}")
@@ -59,8 +76,17 @@ def figures(result: StudyResult) -> dict[str, Figure]:
     return out
 
 
+def _title(model: str, s: dict) -> str:
+    """The notebook's title in seed compat; else the verdict as computed, L* and its driver."""
+    if "bell_verdict" not in s:
+        return f"{model}: anisotropy profile (bell curve predicted, max at L*)"
+    t = s["token_sets"][s["primary"]]
+    driver = f", driver: {s['driver']['label'].split(' (')[0]}" if s["driver"] else ""
+    return f"{model}: anisotropy profile, {bell_label(t['bell'])} (L* = {s['l_star']}{driver}; final layer pre-norm)"
+
+
 def _label(tokens: str) -> str:
-    return "all tokens" if tokens == "all" else "without position 0"
+    return TOKEN_SETS[tokens]
 
 
 def _slug(name: str) -> str:

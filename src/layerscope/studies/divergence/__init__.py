@@ -3,10 +3,10 @@ changes sign."""
 
 from __future__ import annotations
 
-from ...report.markdown import signed
+from ...report.markdown import number, signed
 from ..base import Study
 from ..config import StudyConfig
-from ..controls import category_warnings, study_pairs
+from ..controls import category_warnings, small_n_caveat, study_pairs
 from ..inputs import analyse_pairs
 from ..result import StudyResult, make_table
 from .analysis import analyse_model
@@ -32,17 +32,43 @@ class Divergence(Study):
     report = staticmethod(write_report)
 
     def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
-        """Final-layer r(UA, preference) per pooling."""
+        """r(UA, preference) per pooling at the headline layer (the last tested one; seed compat: the final one)."""
         return {f"final_r_{c['pooling']}": c["r"] for c in result.summary["models"][model]["pooling_comparison"]}
 
     def headline(self, result: StudyResult) -> list[str]:
-        lines = []
-        for model, s in result.summary["models"].items():
-            final = s["pooling_comparison"][0]
-            points = s["divergence_points"]["mean"]
-            where = (", ".join(f"L{p['layer_before']}-L{p['layer_after']}" for p in points) if points
-                     else f"none ({s['sign_throughout']['mean']} throughout)")
-            lines.append(f"{model}: final-layer r(UA, pref) = {signed(final['r'])} with mean pooling "
-                         f"({final['label']}); sign changes: {where}")
-        return lines
+        """One line per model: the mean-pooling verdict at the last tested layer, the divergence points, the
+        robustness to the sensitivity checks and the small-n caveat (seed compat: the notebook's line)."""
+        return [headline_line(model, s) if "checks" in s else seed_line(model, s)
+                for model, s in result.summary["models"].items()]
 
+
+def headline_line(model: str, s: dict) -> str:
+    """``smollm2-135m: last tested layer 30 (pre-norm): r(UA, pref) = +0.669, not significant (...); divergence
+    points: none (2 sign flips within noise); not robust: flips without numeric_vs_named; n = 6 categories < 10``."""
+    head = s["pooling_comparison"][0]
+    stage = " (pre-norm)" if head.get("stage") == "pre_norm" else ""
+    label = head["label"] + (f" (q = {number(head['q'])})" if head["significant"] else "")
+    parts = [f"{model}: last tested layer {head['layer']}{stage}: r(UA, pref) = {signed(head['r'])}, {label}",
+             f"divergence points: {points_text(s, 'mean')}", s["robustness"],
+             small_n_caveat(s["n_categories"], "categories")]
+    return "; ".join(part for part in parts if part)
+
+
+def points_text(s: dict, pooling: str) -> str:
+    """``"L11-L12 (q = 0.01)"``, ``"none (2 sign flips within noise)"`` or ``"none (positive throughout)"``."""
+    points, noise = s["divergence_points"][pooling], s["sign_flips_within_noise"][pooling]
+    if points:
+        return ", ".join(f"L{p['layer_before']}-L{p['layer_after']} (q = {number(p['q'])})" for p in points)
+    if noise:
+        return f"none ({len(noise)} sign flip{'s' if len(noise) > 1 else ''} within noise)"
+    return f"none ({s['sign_throughout'][pooling]} throughout)"
+
+
+def seed_line(model: str, s: dict) -> str:
+    """The notebook's verdict line, its label marked as the notebook's rule."""
+    final = s["pooling_comparison"][0]
+    points = s["divergence_points"]["mean"]
+    where = (", ".join(f"L{p['layer_before']}-L{p['layer_after']}" for p in points) if points
+             else f"none ({s['sign_throughout']['mean']} throughout)")
+    return (f"{model}: final-layer r(UA, pref) = {signed(final['r'])} with mean pooling ({final['label']}, the "
+            f"notebook's rule); sign changes: {where}")

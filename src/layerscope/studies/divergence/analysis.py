@@ -6,9 +6,13 @@ A vs B statements track the model's preference between them?
     r, p = pearson(ua[:, layer], pref)                             # metric r_ua_pref
     summary, rows = analyse_model(run, run.layers, drop_category="numeric_vs_named")
 
-By default every r also gets a permutation p, a Fisher-z interval, a Benjamini-Hochberg q over the
-tested layers, a Spearman rho beside it and an r with the summed-NLL preference (length control);
-``compat="seed"`` writes r and p only, as the notebook does.
+By default the analysis runs on ``run.at_stage("pre_norm")`` (layer n_layers is the last block's output before the
+final norm) and only on the tested layers; the headline is the last tested layer. Every r gets a permutation p, a
+Fisher-z interval, a Benjamini-Hochberg q over the tested layers, a Spearman rho and an r with the summed-NLL
+preference (length control). A label (ALIGNED, ...) is printed only where q < 1 - level; a category with leverage
+replaces the Fisher-z interval by the leave-one-out range; sign changes are divergence points only where the two r
+differ significantly; and the headline is recomputed under the sensitivity checks (:mod:`.checks`).
+``compat="seed"`` writes r and p only, post-norm, with the notebook's labels and final layer, as the notebook does.
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from __future__ import annotations
 import numpy as np
 
 from ...geometry import uniformity
-from ...stats import pearson, sign_changes
-from ..controls import add_q, in_subset, length_control, pearson_tests, spearman_tests, subset_name
+from ...report.markdown import number, signed
+from ...stats import dependent_r_test, pearson, sign_changes
+from ..controls import add_q, in_subset, length_control, pearson_tests, spearman_tests, subset_name, with_stage
 from ..finite import check_rows, check_values, defined
 from ..inputs import PairRun
 from ..result import layer_row
+from ..sensitivity import influence, not_significant, sign_flips
 
 POOLINGS = ("mean", "last", "first")
 VERDICT_METRICS = ("pref", "ua")
@@ -29,6 +35,9 @@ None in the summary, n/a in the report) where UA is the same in every category, 
 pooling when every statement ends in the same token; the verdicts skip such layers."""
 LABELS = [(-0.5, "INVERSE (strong negative)"), (-0.2, "Weak negative"), (0.2, "DECOUPLED (near zero)"),
           (0.5, "Weak positive")]
+SHARED_FIRST = "n/a: A and B share their first token"
+SHARED_FIRST_WHY = ("every pair's A and B statements share their first token, so in a causal model their first-token "
+                    "states are identical and UA is 0 by construction")
 
 
 def interpret(r: float | None) -> str:
@@ -70,6 +79,7 @@ def sign_summary(layers: list[int], rs: list[float]) -> tuple[list[dict], str | 
 
 
 def pooling_effect(r_mean: float | None, r_last: float | None) -> str:
+    """The notebook's rule (seed compat): last vs mean pooling differ when their r differ by more than 0.2."""
     if r_mean is None or r_last is None:
         return "Undefined: the final-layer r of mean or last pooling is undefined."
     if r_last > r_mean + 0.2:
@@ -79,51 +89,140 @@ def pooling_effect(r_mean: float | None, r_last: float | None) -> str:
     return "Pooling strategy has minimal effect on correlation."
 
 
-def category_tests(ua: np.ndarray, pref: np.ndarray, compat: str | None, level: float, seed: int,
-                   n_permutations: int) -> list[dict]:
-    """Per column of ``ua`` (n_cat, k): r with ``pref`` (n_cat,) as ``value`` and its ``p``; by default also
-    ``p_perm`` and the Fisher-z ``ci_lo``, ``ci_hi`` (q is added per family, over the tested layers)."""
-    if compat == "seed":
-        return [dict(zip(("value", "p"), pearson(column, pref))) for column in ua.T]
-    return pearson_tests(ua, pref, n_permutations, seed, level)
+def pooling_test(ua_mean: np.ndarray, ua_last: np.ndarray, pref: np.ndarray, mean: dict, last: dict,
+                 level: float) -> dict:
+    """``pooling_test(ua_mean, ua_last, pref, comparison[0], comparison[1], 0.95)``: do r(UA_last, pref) and
+    r(UA_mean, pref) differ at the headline layer? Williams' t (the two r share pref; r_xz = r(UA_mean, UA_last)
+    over categories). ua_mean, ua_last, pref: (n_cat,); mean, last: their :func:`verdict` entries.
+
+    Returns ``{"layer", "r_mean", "r_last", "r_xz", "t", "p", "text"}``: MORE/LESS only when p < 1 - level."""
+    r_xz = defined(pearson(ua_mean, ua_last)[0])
+    t, p = dependent_r_test(last["r"], mean["r"], r_xz, len(pref)) if None not in (mean["r"], last["r"], r_xz) \
+        else (np.nan, np.nan)
+    out = {"layer": mean["layer"], "r_mean": mean["r"], "r_last": last["r"], "r_xz": r_xz, "t": defined(t),
+           "p": defined(p)}
+    where = f"at layer {mean['layer']}"
+    if out["p"] is None:
+        out["text"] = f"Undefined: r of mean or last pooling {where} is undefined, so the poolings cannot be compared."
+    elif out["p"] < 1 - level:
+        more = "MORE" if last["r"] > mean["r"] else "LESS"
+        out["text"] = (f"Last-token embeddings correlate {more} with output than mean-pooled {where} "
+                       f"(r {signed(last['r'])} vs {signed(mean['r'])}, Williams t = {t:+.2f}, p = {number(p)}).")
+    else:
+        out["text"] = (f"No difference between poolings can be claimed {where} (r {signed(last['r'])} last vs "
+                       f"{signed(mean['r'])} mean, Williams p = {number(p)}). Mean: {interval_text(mean, level)}. "
+                       f"Last: {interval_text(last, level)}.")
+    return out
+
+
+def interval_text(entry: dict, level: float) -> str:
+    """The headline interval of a :func:`verdict` entry: ``"95% CI [-0.170, +0.950]"``, or the leave-one-out range
+    with the Fisher-z interval marked not valid when a category has leverage."""
+    if entry.get("interval") == "leave-one-out range":
+        return (f"leave-one-out r [{signed(entry['ci_lo'])}, {signed(entry['ci_hi'])}], Fisher-z CI "
+                f"{fisher_z_note(entry)}")
+    return f"{level:.0%} CI [{signed(entry.get('ci_lo'))}, {signed(entry.get('ci_hi'))}]"
+
+
+def fisher_z_note(entry: dict) -> str:
+    """``"not valid (leverage: numeric_vs_named)"`` for a :func:`verdict` entry whose categories have leverage."""
+    return f"not valid (leverage: {', '.join(entry['leverage'])})"
+
+
+def tested_profile(ua: np.ndarray, pref: np.ndarray, level: float, seed: int, n_permutations: int) -> list[dict]:
+    """Per column of ``ua`` (n_cat, k tested layers): r with ``pref`` (n_cat,) as ``value``, ``p``, ``p_perm``,
+    the Fisher-z ``ci_lo``, ``ci_hi`` and ``q`` (Benjamini-Hochberg of p_perm over the k) with ``significant``."""
+    return add_q(pearson_tests(ua, pref, n_permutations, seed, level), "p_perm", level)
+
+
+def verdict(pooling: str, layer: int, test: dict, ua: np.ndarray, pref: np.ndarray, names: list[str], level: float,
+            stage: str | None = None, reason: str | None = None) -> dict:
+    """The verdict at one tested layer: ``verdict("mean", 30, tests[-1], ua[:, -1], pref, names, 0.95)``.
+
+    ``test``: a :func:`tested_profile` entry; ua, pref: (n_cat,). The entry holds r, p, p_perm, q, ``significant``,
+    the categories with ``leverage`` (:func:`sensitivity.influence`), the headline interval ``ci_lo``, ``ci_hi``
+    (``interval`` "Fisher-z", or "leave-one-out range" when a category has leverage; ``fisher_z`` keeps the
+    other) and the ``label``: the notebook's interpretation only when significant, else the not-significant text,
+    or ``reason`` when the pooling is undefined for the data."""
+    spread = influence(ua, pref, names)
+    entry = {"pooling": pooling, "layer": layer, **({"stage": stage} if stage else {}), "r": defined(test["value"]),
+             "p": defined(test["p"]), "p_perm": defined(test["p_perm"]), "q": defined(test["q"]),
+             "significant": bool(test["significant"]), "fisher_z": [defined(test["ci_lo"]), defined(test["ci_hi"])],
+             "leverage": spread["flagged"], "loo_range": spread["range"]}
+    entry["interval"] = "leave-one-out range" if spread["flagged"] else "Fisher-z"
+    entry["ci_lo"], entry["ci_hi"] = spread["range"] if spread["flagged"] else entry["fisher_z"]
+    entry["label"] = reason or earned_label(entry, len(pref), level)
+    return entry
+
+
+def earned_label(entry: dict, n: int, level: float) -> str:
+    """The notebook's label when the r of ``entry`` is significant, else ``not significant (n, p_perm, q[, CI])``
+    (the Fisher-z CI only where it is valid)."""
+    if entry["r"] is None:
+        return "undefined"
+    if entry["significant"]:
+        return interpret(entry["r"])
+    ci = (entry["ci_lo"], entry["ci_hi"]) if entry["interval"] == "Fisher-z" else None
+    return not_significant(n, entry["p_perm"], entry["q"], ci, level)
+
+
+def verdict_key(entry: dict) -> tuple[bool, int]:
+    """What a check must keep for the headline to hold: significance, and the sign of a significant r."""
+    if not entry["significant"]:
+        return False, 0
+    return True, 0 if entry["r"] is None else int(np.sign(entry["r"]))
 
 
 def analyse_model(run: PairRun, layers: list[int], compat: str | None = None, level: float = 0.95, seed: int = 42,
                   n_permutations: int = 10_000, drop_category: str | None = None) -> tuple[dict, list[dict]]:
     """Summary and rows of one model: the analysis on all pairs (``subset`` "all") and, with
-    ``drop_category``, again without that category (``subset`` "without NAME")."""
-    summary, rows = analyse_subset(run, layers, compat, level, seed, n_permutations)
+    ``drop_category``, again without that category (``subset`` "without NAME"); by default on the pre-norm
+    final layer, with the sensitivity checks (``summary["checks"]``, ``summary["robustness"]``)."""
+    from .checks import add_checks  # here: checks imports this module
+
+    if compat != "seed":
+        run = run.at_stage("pre_norm")
+    summary, rows, arrays = analyse_subset(run, layers, compat, level, seed, n_permutations)
     rows = in_subset(rows, subset_name(None))
     if compat != "seed":
         summary["length_control"] = length_control(run)
+    without = None
     if drop_category is not None:
-        without, without_rows = analyse_subset(run.without(drop_category), layers, compat, level, seed,
-                                               n_permutations)
+        without, without_rows, _ = analyse_subset(run.without(drop_category), layers, compat, level, seed,
+                                                  n_permutations)
         rows += in_subset(without_rows, subset_name(drop_category))
         summary["without_category"] = {
             "category": drop_category, "n_categories": without["n_categories"],
             "final_r": {c["pooling"]: c["r"] for c in without["pooling_comparison"]},
             "divergence_points": without["divergence_points"]["mean"],
             "sign_throughout": without["sign_throughout"]["mean"]}
+        if compat != "seed":
+            summary["without_category"].update(layer=without["headline_layer"],
+                                               label=without["pooling_comparison"][0]["label"],
+                                               sign_flips_within_noise=without["sign_flips_within_noise"]["mean"])
+    if compat != "seed":
+        rows += add_checks(summary, run, layers, arrays, level, seed, n_permutations, drop_category, without)
     return summary, rows
 
 
 def analyse_subset(run: PairRun, layers: list[int], compat: str | None, level: float, seed: int,
-                   n_permutations: int) -> tuple[dict, list[dict]]:
-    """Summary and rows of one model on the pairs of ``run``: per pooling the r profile, its sign changes and the
-    final-layer comparison, and by default the controls (rho, summed preference)."""
+                   n_permutations: int) -> tuple[dict, list[dict], tuple[dict[str, np.ndarray], np.ndarray]]:
+    """Summary, rows and ``({pooling: UA (n_cat, len(layers))}, pref (n_cat,))`` of one model on the pairs of
+    ``run``: per pooling the r profile, its sign changes and the verdict at the headline layer (the last tested one;
+    seed compat: the final layer, tested or not), and by default the controls (rho, summed preference)."""
     info, pairs = run.info, run.pairs
-    cats, n_cat = pairs.pair_categories(), len(pairs.categories)
+    cats, n_cat, names = pairs.pair_categories(), len(pairs.categories), [c.name for c in pairs.categories]
     pref = category_pref(run.pref, cats, n_cat)
-    final = info.n_layers
-    columns = sorted({*layers, final})
+    final, seed_mode = info.n_layers, compat == "seed"
+    columns, head = (sorted({*layers, final}), final) if seed_mode else (list(layers), max(layers))
     rows = [{"model": info.name, "metric": "pref", "value": pref[c], "n": int((cats == c).sum()),
              "category": cat.name} for c, cat in enumerate(pairs.categories)]
-    profiles, comparison, points, throughout, significant = {}, [], {}, {}, {}
+    profiles, comparison, points, throughout, noise, significant, uas = {}, [], {}, {}, {}, {}, {}
     for pooling in POOLINGS:
         ua = category_ua(run.a(pooling), run.b(pooling), cats, n_cat)
+        uas[pooling] = ua[:, layers]
         stats = dict(zip(columns, category_tests(ua[:, columns], pref, compat, level, seed, n_permutations)))
-        if compat != "seed":
+        if not seed_mode:
             add_q([stats[layer] for layer in layers], "p_perm", level)
         for layer in layers:
             rows.append(layer_row(info.name, layer, final, "r_ua_pref", pooling=pooling, n=n_cat, **stats[layer]))
@@ -131,28 +230,47 @@ def analyse_subset(run: PairRun, layers: list[int], compat: str | None, level: f
                                n=int((cats == c).sum()), category=cat.name)
                      for c, cat in enumerate(pairs.categories)]
         check_rows("divergence", rows, VERDICT_METRICS)  # the inputs of every r, before any verdict
-        check_values("divergence", info.name, f"layer {final} category UA ({pooling} pooling)", ua[:, final])
+        where, checked = (f"layer {final}", ua[:, final]) if seed_mode else (f"tested layers {layer_span(layers)}",
+                                                                             ua[:, layers])
+        check_values("divergence", info.name, f"{where} category UA ({pooling} pooling)", checked)
         profiles[pooling] = [stats[layer]["value"] for layer in layers]
         points[pooling], throughout[pooling] = sign_summary(layers, profiles[pooling])
-        comparison.append({"pooling": pooling, "layer": final, "r": defined(stats[final]["value"]),
-                           "p": defined(stats[final]["p"]), "label": interpret(stats[final]["value"]),
-                           **{k: defined(stats[final][k]) for k in ("p_perm", "ci_lo", "ci_hi") if k in stats[final]}})
-        if compat != "seed":
-            rows += control_rows(run, ua[:, layers], layers, pooling, level, seed, n_permutations)
-            significant[pooling] = [layer for layer in layers if stats[layer]["significant"]]
+        if seed_mode:
+            comparison.append({"pooling": pooling, "layer": final, "r": defined(stats[final]["value"]),
+                               "p": defined(stats[final]["p"]), "label": interpret(stats[final]["value"])})
+            continue
+        points[pooling], noise[pooling] = sign_flips(layers, uas[pooling], pref, level)
+        shared = pooling == "first" and np.array_equal(run.a("first"), run.b("first"))
+        comparison.append(verdict(pooling, head, stats[head], ua[:, head], pref, names, level,
+                                  run.stage if head == final else None, SHARED_FIRST if shared else None))
+        rows += control_rows(run, ua[:, layers], layers, pooling, level, seed, n_permutations)
+        significant[pooling] = [layer for layer in layers if stats[layer]["significant"]]
     summary = {
         "n_layers": final,
         "layers": layers,
         "n_categories": n_cat,
-        "categories": [c.name for c in pairs.categories],
+        "categories": names,
         "pooling_comparison": comparison,
         "divergence_points": points,
         "sign_throughout": throughout,
-        "pooling_effect": pooling_effect(comparison[0]["r"], comparison[1]["r"]),
     }
-    if compat != "seed":
-        summary["significant_layers"] = significant
-    return summary, rows
+    if seed_mode:
+        summary["pooling_effect"] = pooling_effect(comparison[0]["r"], comparison[1]["r"])
+        return summary, rows, (uas, pref)
+    test = pooling_test(uas["mean"][:, -1], uas["last"][:, -1], pref, comparison[0], comparison[1], level)
+    summary.update(headline_layer=head, stage=run.stage, pooling_effect=test.pop("text"), pooling_test=test,
+                   sign_flips_within_noise=noise, significant_layers=significant,
+                   not_applicable={c["pooling"]: SHARED_FIRST_WHY for c in comparison if c["label"] == SHARED_FIRST})
+    return summary, with_stage(rows, final, run.stage), (uas, pref)
+
+
+def category_tests(ua: np.ndarray, pref: np.ndarray, compat: str | None, level: float, seed: int,
+                   n_permutations: int) -> list[dict]:
+    """Per column of ``ua`` (n_cat, k): r with ``pref`` (n_cat,) as ``value`` and its ``p``; by default also
+    ``p_perm`` and the Fisher-z ``ci_lo``, ``ci_hi`` (q is added per family, over the tested layers)."""
+    if compat == "seed":
+        return [dict(zip(("value", "p"), pearson(column, pref))) for column in ua.T]
+    return pearson_tests(ua, pref, n_permutations, seed, level)
 
 
 def control_rows(run: PairRun, ua: np.ndarray, layers: list[int], pooling: str, level: float, seed: int,
@@ -166,3 +284,10 @@ def control_rows(run: PairRun, ua: np.ndarray, layers: list[int], pooling: str, 
     return [layer_row(run.info.name, layer, run.info.n_layers, metric, pooling=pooling, n=n_cat, **test)
             for metric, tests in (("rho_ua_pref", rho), ("r_ua_pref_sum", summed))
             for layer, test in zip(layers, tests)]
+
+
+def layer_span(layers: list[int]) -> str:
+    """``"0-30"`` for consecutive layers, else ``"0, 4, 8"``."""
+    if len(layers) > 2 and layers == list(range(layers[0], layers[-1] + 1)):
+        return f"{layers[0]}-{layers[-1]}"
+    return ", ".join(map(str, layers))

@@ -1,32 +1,47 @@
-"""Phases figure: r per layer with bootstrap CI error bars, significant layers starred (q < 1 - level by
-default, CI excludes 0 in seed compat)."""
+"""Phases figure: r per layer with its bootstrap (BCa) interval as a band (as error bars, the notebook's
+figure, in seed compat), significant layers starred (q < 1 - level by default, CI excludes 0 in seed compat),
+and the final layer after the model's final norm as a hollow marker where the table has ``stage`` rows.
+
+    figs = figures(result)     # {"phases": Figure}
+"""
 
 from __future__ import annotations
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from ...report.plotting import COLORS, MARKERS, figure, zero_line
-from ..controls import on_subset
+from ...report.plotting import COLORS, MARKERS, after_norm_marker, band, figure, interval_label, split_stage, zero_line
+from ..inputs import NORM_CHECK
 from ..result import StudyResult
+
+SUBSETS = ("all", NORM_CHECK)
+"""The profile's rows (subset all) and where the final layer after the final norm may be kept."""
 
 
 def figures(result: StudyResult) -> dict[str, Figure]:
+    """``figures(result)`` -> ``{"phases": Figure}``."""
     fig, axes = figure(1, 1, size=(10, 6))
     ax = axes[0, 0]
-    table = on_subset(result.table[result.table["metric"] == "r_centroid_pref"])
+    table = result.table[result.table["metric"] == "r_centroid_pref"]
     models = list(result.summary["models"])
     offsets = np.linspace(-0.15, 0.15, len(models)) if len(models) > 1 else [0.0]
+    seed = result.config.get("compat") == "seed"
+    band_label, norm_label = interval_label(result.config), True
     for m, model in enumerate(models):
-        rows = table[table["model"] == model].sort_values("layer")
+        rows, after = split_stage(table[table["model"] == model].sort_values("layer"), SUBSETS)
         layers = rows["layer"].to_numpy(dtype=float) + offsets[m]
         r = rows["value"].to_numpy(dtype=float)
         lo, hi = rows["ci_lo"].to_numpy(dtype=float), rows["ci_hi"].to_numpy(dtype=float)
         color = COLORS[m % len(COLORS)]
-        # the interval from lo to hi, drawn on its own: a BCa interval need not contain r
-        ax.errorbar(layers, (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="none", capsize=4, capthick=1.5, color=color)
+        if seed:  # the interval from lo to hi, drawn on its own: a BCa interval need not contain r
+            ax.errorbar(layers, (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="none", capsize=4, capthick=1.5, color=color)
+        elif band(ax, layers, lo, hi, color, label=band_label) is not None:
+            band_label = None  # one legend entry for all bands
         ax.plot(layers, r, MARKERS[m % len(MARKERS)] + "-", markersize=6, color=color, label=model)
-        sig = rows["significant"].astype(bool).to_numpy()
+        if after_norm_marker(ax, after["layer"].to_numpy(dtype=float) + offsets[m], after["value"], color,
+                             label=norm_label) is not None:
+            norm_label = False
+        sig = rows["significant"].eq(True).to_numpy()  # a missing value (NaN) is not significant
         ax.scatter(layers[sig], r[sig], color="red", s=140, zorder=5, marker="*",
                    label=significance_label(result) if m == 0 else None)
     zero_line(ax)
@@ -39,6 +54,7 @@ def figures(result: StudyResult) -> dict[str, Figure]:
 
 
 def significance_label(result: StudyResult) -> str:
+    """The legend entry of the stars: ``"q < 0.05"`` by default, ``"CI excludes 0"`` in seed compat."""
     if result.config.get("compat") == "seed":
         return "CI excludes 0"
     return f"q < {1 - result.config.get('ci_level', 0.95):.2g}"
