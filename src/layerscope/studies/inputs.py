@@ -111,6 +111,8 @@ STAGES = ("post_norm", "pre_norm")
 TOKEN_CHECKS = {"without position 0": "mean_no_pos0", "without massive-activation tokens": "mean_no_massive"}
 """Sensitivity checks of mean pooling: the check's name -> the pooling that leaves those tokens out."""
 NORM_CHECK = "after the final norm"
+PROFILE_SUBSETS = ("all", NORM_CHECK)
+"""Where a figure finds a profile: its rows (subset all) and the final layer after the final norm."""
 
 
 def check_runs(run: PairRun, pooling: str, categories: bool = True) -> list[tuple[str, PairRun]]:

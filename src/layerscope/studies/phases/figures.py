@@ -11,11 +11,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ...report.plotting import COLORS, MARKERS, after_norm_marker, band, figure, interval_label, split_stage, zero_line
-from ..inputs import NORM_CHECK
+from ..inputs import PROFILE_SUBSETS as SUBSETS
 from ..result import StudyResult
-
-SUBSETS = ("all", NORM_CHECK)
-"""The profile's rows (subset all) and where the final layer after the final norm may be kept."""
 
 
 def figures(result: StudyResult) -> dict[str, Figure]:

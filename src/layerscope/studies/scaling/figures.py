@@ -19,11 +19,8 @@ from ...report.plotting import (
     split_stage,
     zero_line,
 )
-from ..inputs import NORM_CHECK
+from ..inputs import PROFILE_SUBSETS as SUBSETS
 from ..result import StudyResult
-
-SUBSETS = ("all", NORM_CHECK)
-"""The profile's rows (subset all) and where the final layer after the final norm may be kept."""
 
 
 def figures(result: StudyResult) -> dict[str, Figure]:
