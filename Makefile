@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup run test unit integration bench clean
+.PHONY: setup run test unit integration lint bench clean
 
 setup: $(STAMP)
 
@@ -28,11 +28,14 @@ run: $(STAMP)  ## all five studies on the default models -> runs/<time>/index.ht
 test: $(STAMP)  ## every test: unit (tiny random models) and integration (real SmolLM2)
 	$(BIN)/python -m pytest -q
 
-unit: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not integration"
+unit: $(STAMP)  ## the fast tier: no real model, no resume, suite reproduction or Ray tests
+	$(BIN)/python -m pytest -q -m "not integration and not slow"
 
 integration: $(STAMP)
 	$(BIN)/python -m pytest -q -m integration
+
+lint: $(STAMP)  ## ruff (the version pinned in requirements.lock), rules in pyproject.toml
+	$(BIN)/ruff check
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/extract_vs_seed.py

@@ -52,7 +52,8 @@ def main() -> None:
     t_ref = time.perf_counter() - start
 
     index = {(lang, sample): k for k, (lang, sample, _) in enumerate(languages.texts())}
-    diffs = [abs(r.ppl - reference[(r.config, index[(r.lang, r.sample)])]) / reference[(r.config, index[(r.lang, r.sample)])]
+    diffs = [abs(r.ppl - reference[(r.config, index[(r.lang, r.sample)])])
+             / reference[(r.config, index[(r.lang, r.sample)])]
              for r in ours.itertuples()]
     print(f"notebook reload loop : {t_ref:8.2f} s")
     print(f"layerscope           : {t_ours:8.2f} s")

@@ -24,10 +24,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import tiny  # noqa: E402  (the tests' tokenizer trained in code)
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, LlamaConfig  # noqa: E402
 
+import tiny  # noqa: E402  (the tests' tokenizer trained in code)
 from layerscope.studies import StudyConfig  # noqa: E402
 from layerscope.sweep import SweepPlan, run_sweep  # noqa: E402
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from layerscope.geometry import centroid_asymmetry, cosine_to, uniformity
-from layerscope.studies.divergence.analysis import category_ua
+from layerscope.studies.categories import category_ua
 
 
 def test_uniformity_by_hand():

@@ -3,7 +3,13 @@ import math
 import numpy as np
 import pytest
 
-from layerscope.spectrum import anisotropy_metrics, cos_to_mean, covariance_spectrum, metrics_from_spectrum, outlier_dims
+from layerscope.spectrum import (
+    anisotropy_metrics,
+    cos_to_mean,
+    covariance_spectrum,
+    metrics_from_spectrum,
+    outlier_dims,
+)
 
 
 def four_points():
@@ -61,7 +67,8 @@ def test_outlier_dimensions_and_their_share_of_the_top_direction():
     m = anisotropy_metrics(x)
     assert m["n_outlier_dims"] == 1 and m["outlier_dims"] == [7]
     assert m["outlier_share_top1"] > 0.99 and m["top1_ratio"] > 0.99
-    assert m["top1_ratio_without_outliers"] == pytest.approx(reference_metrics(np.delete(x, 7, axis=1))[0]["top1_ratio"])
+    assert m["top1_ratio_without_outliers"] == pytest.approx(
+        reference_metrics(np.delete(x, 7, axis=1))[0]["top1_ratio"])
     assert outlier_dims(rng.normal(size=(50, 20))).tolist() == []
 
 

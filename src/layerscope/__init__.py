@@ -6,22 +6,33 @@
     acts = ls.extract(lm, pairs.texts())          # one batched pass, every layer, cached
     acts.pooled["mean"]                           # (n_texts, n_layers + 1, d)
     acts.nll_mean                                 # (n_texts,)
+
+Names that need torch are imported on first use (PEP 562), so ``import layerscope`` (and ``layerscope --help``)
+stays fast.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from __future__ import annotations
 
-from .data import PairDataset, load_pairs
-from .engine import POOLINGS, Activations, ExtractSettings, extract
+from typing import TYPE_CHECKING
+
 from .errors import DatasetError, ExtractionError, LayerscopeError, ModelLoadError, OutputError
-from .models import DEFAULT_MODEL, ZOO, LoadedModel, ModelInfo, load_model
+from .lazy import lazy
+from .provenance import VERSION as __version__
 
-try:
-    __version__ = version("layerscope")
-except PackageNotFoundError:  # running from a source tree without installing
-    __version__ = "0+unknown"
+if TYPE_CHECKING:
+    from .data import PairDataset, load_pairs
+    from .engine import POOLINGS, Activations, ExtractSettings, extract
+    from .models import DEFAULT_MODEL, ZOO, LoadedModel, ModelInfo, load_model
+
+_LAZY = {"PairDataset": "data", "load_pairs": "data", "POOLINGS": "engine", "Activations": "engine",
+         "ExtractSettings": "engine", "extract": "engine", "DEFAULT_MODEL": "models", "ZOO": "models",
+         "LoadedModel": "models", "ModelInfo": "models", "load_model": "models"}
 
 __all__ = [
     "DEFAULT_MODEL", "POOLINGS", "ZOO", "Activations", "DatasetError", "ExtractSettings", "ExtractionError",
     "LayerscopeError", "LoadedModel", "ModelInfo", "ModelLoadError", "OutputError", "PairDataset", "__version__",
     "extract", "load_model", "load_pairs",
 ]
+
+
+__getattr__, __dir__ = lazy(__name__, _LAZY, __all__)

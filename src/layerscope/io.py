@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .errors import FORCE, OUT, DiskFullError, OutputError
+from .provenance import VERSION
 
 try:
     import fcntl
@@ -88,9 +89,7 @@ def _umask() -> int:
 
 def write_marker(folder: str | os.PathLike, kind: str, **extra: Any) -> None:
     """Mark ``folder`` as written by layerscope: ``kind`` (run, suite, sweep, ...), version, and ``extra``."""
-    from . import __version__
-
-    atomic_write_json(Path(folder) / MARKER, {"written_by": "layerscope", "kind": kind, "version": __version__,
+    atomic_write_json(Path(folder) / MARKER, {"written_by": "layerscope", "kind": kind, "version": VERSION,
                                               **extra})
 
 
@@ -198,20 +197,20 @@ def staged_dir(out: str | os.PathLike, force: bool = False, kind: str = "folder"
 def remove_dir(folder: Path) -> None:
     """Delete ``folder`` (which :func:`check_out_dir` allowed to be replaced): renamed aside first, so a
     kill half-way leaves a hidden folder the next write removes, never a half-deleted ``folder``."""
-    aside = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=OLD, dir=folder.parent))
-    os.replace(folder, aside)
-    shutil.rmtree(aside, ignore_errors=True)
+    replace_dir(None, folder)
 
 
-def replace_dir(new: Path, out: Path) -> None:
-    """Put the finished folder ``new`` in place of ``out`` (which may exist)."""
+def replace_dir(new: Path | None, out: Path) -> None:
+    """Put the finished folder ``new`` in place of ``out`` (which may exist; ``new=None``: just remove ``out``).
+    The old ``out`` is renamed aside first and deleted last, so a kill never leaves it half-deleted."""
+    aside = None
     if out.exists():
         aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=OLD, dir=out.parent))
         os.replace(out, aside)  # a folder renames over an empty one
+    if new is not None:
         os.replace(new, out)
+    if aside is not None:
         shutil.rmtree(aside, ignore_errors=True)
-    else:
-        os.replace(new, out)
 
 
 def clear_stale(parent: Path, name: str | None = None) -> list[Path]:

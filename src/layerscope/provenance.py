@@ -3,6 +3,7 @@
     sha256_json({"texts": texts})        # stable hash of JSON-able data
     sha256_file(path)                     # hash of a file's bytes
     library_versions()                    # {"python": "3.11.7", "torch": ..., ...}
+    VERSION                               # layerscope's own version ("0+unknown" in an uninstalled tree)
 """
 
 from __future__ import annotations
@@ -13,6 +14,11 @@ import os
 import platform
 from importlib import metadata
 from typing import Any
+
+try:
+    VERSION = metadata.version("layerscope")
+except metadata.PackageNotFoundError:  # running from a source tree without installing
+    VERSION = "0+unknown"
 
 _LIBRARIES = ("layerscope", "torch", "transformers", "tokenizers", "numpy", "scipy", "pandas", "matplotlib",
               "safetensors")

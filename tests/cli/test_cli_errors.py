@@ -1,5 +1,5 @@
 """Usage errors of every command as one `error:` line (issue 11), settings validated before any model
-loads, warnings for options a study does not read, and saved configs that rerun from another folder."""
+loads, an error for an option a study does not read, and saved configs that rerun from another folder."""
 
 import hashlib
 import shutil
@@ -100,19 +100,23 @@ def tiny_model(tmp_path_factory):
     return root
 
 
-def test_an_unused_option_is_one_warning_and_the_saved_config_reruns_from_elsewhere(tiny_model, tmp_path,
-                                                                                    monkeypatch):
+def test_an_unused_option_is_one_error_and_the_saved_config_reruns_from_elsewhere(tiny_model, tmp_path,
+                                                                                  monkeypatch):
     work = tiny_model
     monkeypatch.chdir(work)
     prompts = work / "prompts.txt"
     prompts.write_text("The cat sat on the mat.\nPrices rose by four percent.\nIce floats on water.\n")
-    result = runner.invoke(app, ["run", "anisotropy", "--model", "./tm", "--prompts", "prompts.txt", "--bits", "3",
-                                 "--out", str(tmp_path / "first")])
+    args = ["run", "anisotropy", "--model", "./tm", "--prompts", "prompts.txt", "--out", str(tmp_path / "first")]
+    refused = runner.invoke(app, [*args, "--bits", "3"])  # issue 13: an option the study does not read is an error
+    assert refused.exit_code == 2 and not (tmp_path / "first").exists()
+    assert one_error_line(refused.output) == ("error: --bits is not used by anisotropy; leave it out (see "
+                                              "`layerscope run anisotropy --help` for its options)")
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.output.splitlines() if line.startswith(("warning:", "error:"))]
-    assert warnings == ["warning: --bits is not used by anisotropy; ignored"]
+    assert warnings == []
     saved = yaml.safe_load((tmp_path / "first" / "config.yaml").read_text())
-    assert saved["models"] == [str(work / "tm")] and saved["prompts"] == str(prompts) and saved["bits"] == 3
+    assert saved["models"] == [str(work / "tm")] and saved["prompts"] == str(prompts) and "bits" not in saved
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import tiny
 
 N_CATEGORIES, N_PAIRS = 4, 40
@@ -54,6 +56,7 @@ def kill_mid_extraction(proc: subprocess.Popen, cache: Path, timeout: float = 12
     return len(batch_files(cache))
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_and_writes_what_an_uninterrupted_run_writes(tmp_path):
     model = tiny.save(tmp_path / "tiny-llama", "llama", adds_bos=False)
     dataset = tmp_path / "pairs.json"

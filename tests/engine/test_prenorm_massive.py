@@ -128,7 +128,8 @@ def test_massive_mask_by_hand_per_text_median_and_padding_never_counts():
     assert massive_mask(torch.tensor(h, dtype=torch.float32), real).tolist() == expect
     rows = real.numpy()
     flat = massive_tokens(h[rows], np.repeat(np.arange(3), rows.sum(axis=1)))
-    assert flat.tolist() == [f for row, r in zip(expect, rows) for f, keep in zip(row, r) if keep]
+    assert flat.tolist() == [f for row, r in zip(expect, rows, strict=False)
+                             for f, keep in zip(row, r, strict=False) if keep]
 
 
 @pytest.mark.parametrize(("peak", "massive"), [(150.0, False), (250.0, True)])

@@ -42,7 +42,7 @@ def reference(smollm2, dataset):
                 out = model(**inputs, labels=inputs["input_ids"], output_hidden_states=True)
                 hs = out.hidden_states
                 per_text.append({
-                    "layers": {l: hs[l][0, 1:, :].mean(dim=0).numpy().astype(np.float32) for l in LAYERS},
+                    "layers": {layer: hs[layer][0, 1:, :].mean(dim=0).numpy().astype(np.float32) for layer in LAYERS},
                     "last": hs[-1][0, inputs["attention_mask"][0].sum() - 1, :].numpy().astype(np.float32),
                     "first": hs[-1][0, 0, :].numpy().astype(np.float32),
                     "loss": out.loss.item(),
@@ -66,7 +66,7 @@ def test_divergence_and_scaling_match_the_notebooks(dataset, reference):
     table = div.table[div.table["metric"] == "r_ua_pref"]
     mean = table[table["pooling"] == "mean"].set_index("layer")["value"]
     assert list(mean.index) == LAYERS
-    expected = {layer: category_r(reference, lambda t, l=layer: t["layers"][l]) for layer in LAYERS}
+    expected = {layer: category_r(reference, lambda t, layer=layer: t["layers"][layer]) for layer in LAYERS}
     for layer in LAYERS:
         assert mean[layer] == pytest.approx(expected[layer], abs=1e-4)
     comparison = {c["pooling"]: c["r"] for c in div.summary["models"]["smollm2-135m"]["pooling_comparison"]}

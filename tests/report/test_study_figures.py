@@ -61,7 +61,7 @@ def bands(ax):
 
 def expected_band(x, pooling, values):
     x = np.asarray(x, dtype=float)
-    return {tuple(np.round(v, 9)) for xi, r in zip(x, values) for v in ((xi, bounds(pooling, r)[0]),
+    return {tuple(np.round(v, 9)) for xi, r in zip(x, values, strict=False) for v in ((xi, bounds(pooling, r)[0]),
                                                                         (xi, bounds(pooling, r)[1]))}
 
 

@@ -79,7 +79,8 @@ def reduction_by_hand(degradation: dict, resource: dict) -> float:
 def test_low_resource_languages_degrading_less_make_h5_not_applicable():
     # all quantized: HR 0.4, LR 0.2 -> D_LR / D_HR = 0.5; the gateway "reduction" would be (0.5 - 0.75)/0.5 = -50%
     per_lang = {"all_quantized": (0.4, 0.2), "gateway_protected": (0.2, 0.15)}
-    deg = {c: {lang: [hr if res == "high" else lr] * 5 for lang, res in LANGS.items()} for c, (hr, lr) in per_lang.items()}
+    deg = {c: {lang: [hr if res == "high" else lr] * 5 for lang, res in LANGS.items()}
+           for c, (hr, lr) in per_lang.items()}
     per_config, v = judge(deg)
     assert v["h5"]["result"] == "NOT_APPLICABLE"
     assert "D_LR / D_HR = 0.50 <= 1" in v["h5"]["reason"] and "reduction_pct" not in v["h5"]

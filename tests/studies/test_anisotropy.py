@@ -36,7 +36,7 @@ def test_reference_bands_and_key_layers():
 
 
 def test_bell_test_segments_shorter_than_ten_layers_get_a_warning():
-    from layerscope.studies.controls import bell_warnings
+    from layerscope.studies.caveats import bell_warnings
 
     # 30 layers, L* = 3: 3 layers (0-2) before it, 28 (3-30) from it on
     assert bell_warnings("m", 3, 30) == [

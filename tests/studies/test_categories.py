@@ -9,8 +9,8 @@ from layerscope import DatasetError, load_pairs
 from layerscope.data.pairs import MIN_CATEGORIES, check_categories
 from layerscope.stats import fisher_z_ci, pearson
 from layerscope.studies import StudyConfig, run_study
+from layerscope.studies.categories import study_pairs
 from layerscope.studies.config import ConfigError
-from layerscope.studies.controls import study_pairs
 from layerscope.studies.suite import check_inputs
 
 PAIR_STUDIES = ("divergence", "scaling", "phases")
@@ -51,9 +51,9 @@ def test_fewer_than_four_categories_is_a_dataset_error_naming_the_file_and_its_c
 @pytest.mark.parametrize("study", PAIR_STUDIES)
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_every_pair_study_refuses_too_few_categories_before_any_model_loads(tmp_path, monkeypatch, study, n):
-    from layerscope.studies import inputs
+    from layerscope.studies import runner
 
-    monkeypatch.setattr(inputs, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     config = StudyConfig(study=study, models=("smollm2-135m",), dataset=dataset(tmp_path, n))
     for check in (run_study, check_inputs):  # the study itself, and the check a suite and the CLI run first
         with pytest.raises(DatasetError, match=f": {n} categor.*need at least 4 categories"):
@@ -62,9 +62,9 @@ def test_every_pair_study_refuses_too_few_categories_before_any_model_loads(tmp_
 
 @pytest.mark.parametrize("study", ["divergence", "phases"])
 def test_drop_category_must_leave_four(tmp_path, monkeypatch, study):
-    from layerscope.studies import inputs
+    from layerscope.studies import runner
 
-    monkeypatch.setattr(inputs, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     config = StudyConfig(study=study, models=("smollm2-135m",), dataset=dataset(tmp_path, 4), drop_category="topic1")
     for check in (run_study, check_inputs):
         with pytest.raises(ConfigError, match=r"--drop-category 'topic1' leaves 3 categories of .*pairs\.json; the "

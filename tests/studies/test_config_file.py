@@ -28,7 +28,9 @@ def test_yaml_and_toml_spell_the_same_suite(tmp_path):
 def test_no_study_named_means_all_five_and_the_command_line_wins(tmp_path):
     configs = load_config_file(write(tmp_path, "s.yaml", "seed: 7\nbits: 3\n"), {"seed": 9, "models": ("m",)})
     assert list(configs) == list(SUITE)
-    assert all(c.seed == 9 and c.bits == 3 and c.models == ("m",) for c in configs.values())
+    assert all(c.seed == 9 and c.models == ("m",) for c in configs.values())
+    assert configs["ablation"].bits == 3  # a study's own setting reaches the study that reads it, and only it
+    assert [n for n, c in configs.items() if "bits" in c.to_dict()] == ["ablation"]
 
 
 def test_relative_paths_are_relative_to_the_config_file(tmp_path, monkeypatch):

@@ -139,10 +139,12 @@ def collect(data, overrides, **kwargs):
 
 
 def test_settings_no_study_reads_are_warned_about_once(tmp_path):
-    configs, warnings = collect({"study": "anisotropy"}, {"bits": 3, "seed": 1, "n_bootstrap": 500})
-    assert warnings == ["--bits is not used by anisotropy; ignored",
-                        "--n-bootstrap is not used by anisotropy; ignored"]
-    assert configs["anisotropy"].seed == 1
+    # issue 13: an option the chosen study does not read is an error (it used to be a warning)
+    with pytest.raises(ConfigError, match=r"--bits is not used by anisotropy; leave it out \(see `layerscope run "
+                                          "anisotropy --help`"):
+        collect({"study": "anisotropy"}, {"bits": 3, "seed": 1, "n_bootstrap": 500})
+    configs, warnings = collect({"study": "anisotropy"}, {"seed": 1})
+    assert warnings == [] and configs["anisotropy"].seed == 1
     _, warnings = collect({"studies": ["ablation", "phases"]}, {"bits": 3, "n_bootstrap": 500})
     assert warnings == []  # a suite uses an option when any of its studies reads it
     _, warnings = collect({"studies": ["divergence", "scaling", "anisotropy"], "sweep": True,
@@ -160,18 +162,18 @@ def test_an_unused_setting_naming_a_missing_file_is_an_error(tmp_path, monkeypat
     with pytest.raises(ConfigError, match="which is a folder, not a file; it is not used by ablation"):
         collect({"study": "ablation", "prompts": "data"}, {}, base=tmp_path, source="c.yaml")
     write(tmp_path, "p.txt", "a\nb\n")
-    _, warnings = collect({"study": "ablation"}, {"prompts": "p.txt"})
-    assert warnings == ["--prompts is not used by ablation; ignored"]
+    with pytest.raises(ConfigError, match="--prompts is not used by ablation; leave it out"):  # issue 13: an error
+        collect({"study": "ablation"}, {"prompts": "p.txt"})
 
 
 @pytest.mark.parametrize("names", [["anisotropy"], ["divergence", "anisotropy", "ablation"]])
 def test_a_resolved_config_reruns_without_warnings(tmp_path, names):
-    configs, _ = collect({"studies": names}, {"bits": 3})
+    configs, _ = collect({"studies": names}, {"seed": 3} if len(names) == 1 else {"bits": 3})
     path = write(tmp_path, "config.yaml", dump_configs({n: c.to_dict() for n, c in configs.items()}))
     warnings = []
     again = load_config_file(path, warn=warnings.append)
     assert again == configs
-    assert warnings == ([f"{path}: setting 'bits' is not used by anisotropy; ignored"] if len(names) == 1 else [])
+    assert warnings == []  # issue 13: each study's section holds only its own settings
 
 
 def test_local_models_and_files_are_stored_absolute(tmp_path, monkeypatch):

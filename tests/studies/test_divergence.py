@@ -69,7 +69,8 @@ def naive_r(run, pooling, layer):
     """The notebook's loop: per category, explicit cosine kernel, upper triangle, then Pearson (the final layer
     before the final norm)."""
     uniformity = notebook.uniformity
-    a, b, pref, cats = states(run, pooling, layer, 0), states(run, pooling, layer, 1), run.pref, run.pairs.pair_categories()
+    a, b = states(run, pooling, layer, 0), states(run, pooling, layer, 1)
+    pref, cats = run.pref, run.pairs.pair_categories()
     uas = [uniformity(a[cats == c]) - uniformity(b[cats == c]) for c in range(len(run.pairs.categories))]
     prefs = [pref[cats == c].mean() for c in range(len(run.pairs.categories))]
     return np.corrcoef(uas, prefs)[0, 1]
@@ -173,7 +174,7 @@ def test_dropped_category_rows_equal_an_analysis_of_the_dataset_without_it(compa
     dropped = [r for r in rows if r["subset"] == "without c2"]
     main = [r for r in rows if r["subset"] == "all"]
     assert len(dropped) == len(expected) and len(main) == len(expected) + 1 + len(layers) * 3  # c2's pref, ua
-    for got, want in zip(dropped, expected):
+    for got, want in zip(dropped, expected, strict=False):
         assert {**got, "subset": "all"} == pytest.approx(want, nan_ok=True)
     w = summary["without_category"]
     assert w["category"] == "c2" and w["n_categories"] == 5
@@ -186,11 +187,11 @@ def test_dropped_category_rows_equal_an_analysis_of_the_dataset_without_it(compa
 
 
 def test_an_unknown_or_too_large_drop_is_a_config_error_before_any_model_loads(monkeypatch, tmp_path):
-    from layerscope.studies import inputs
+    from layerscope.studies import runner
     from layerscope.studies.config import ConfigError, StudyConfig
     from layerscope.studies.divergence import Divergence
 
-    monkeypatch.setattr(inputs, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     with pytest.raises(ConfigError, match="'nope' is not a category.*choose one of .*numeric_vs_named"):
         Divergence().run(StudyConfig(study="divergence", models=("smollm2-135m",), drop_category="nope"))
     four = {name: {"pairs": [[f"{name} a{i}", f"{name} b{i}"] for i in range(3)]} for name in ("w", "x", "y", "z")}
@@ -217,11 +218,11 @@ def test_length_control_matches_pearsonr_on_hand_built_arrays():
 
 
 def test_small_n_warning_in_the_summary_and_at_the_top_of_the_report(monkeypatch):
-    from layerscope.studies import inputs
+    from layerscope.studies import runner
     from layerscope.studies.config import StudyConfig
     from layerscope.studies.divergence import Divergence
 
-    monkeypatch.setattr(inputs, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     result = Divergence().run(StudyConfig(study="divergence", models=(), drop_category="numeric_vs_named"))
     assert result.summary["warnings"] == [
         "divergence: category-level correlations use n = 7 categories (< 10): r, p and intervals are very unstable; "

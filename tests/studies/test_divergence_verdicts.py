@@ -134,7 +134,7 @@ def test_one_category_with_leverage_earns_no_label_and_its_interval_is_the_leave
     without = np.corrcoef(LEVERAGE_UA[:5], LEVERAGE_PREF[:5])[0, 1]
     assert summary["influence"]["loo_r"]["numeric"] == pytest.approx(without, abs=1e-6)
     # leave-one-category-out r at every tested layer and pooling, with its t-test p
-    for name, i in zip(LEVERAGE_NAMES, range(6)):
+    for name, i in zip(LEVERAGE_NAMES, range(6), strict=False):
         mine = [row for row in rows if row["subset"] == f"without {name}" and row["metric"] == "r_ua_pref"]
         assert sorted((row["layer"], row["pooling"]) for row in mine) == sorted(
             itertools.product([0, 1, 2], ["mean", "last", "first"]))

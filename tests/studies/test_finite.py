@@ -38,11 +38,13 @@ def inputs(tmp_path_factory):
 
 def config(inputs, study: str) -> StudyConfig:
     root, model = inputs
-    files = {"divergence": {"dataset": str(root / "pairs.json")}, "scaling": {"dataset": str(root / "pairs.json")},
-             "phases": {"dataset": str(root / "pairs.json"), "n_bootstrap": 200},
+    fast = {"n_permutations": 200}  # the pair studies' own setting
+    files = {"divergence": {"dataset": str(root / "pairs.json"), **fast},
+             "scaling": {"dataset": str(root / "pairs.json"), **fast},
+             "phases": {"dataset": str(root / "pairs.json"), "n_bootstrap": 200, **fast},
              "anisotropy": {"prompts": str(root / "prompts.txt")},
              "ablation": {"texts": str(root / "texts.json"), "sweep": True}}[study]
-    return StudyConfig(study=study, models=(model,), n_permutations=200, cache=False, **files)
+    return StudyConfig(study=study, models=(model,), cache=False, **files)
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from layerscope.studies.phases.analysis import analyse_model, late_inversion, pattern, phase_split
 import notebook_reference as notebook
 import synthetic
+from layerscope.studies.phases.analysis import analyse_model, late_inversion, pattern, phase_split
 from synthetic import pair_run
 
 
@@ -42,7 +42,7 @@ def test_seed_mode_reproduces_the_notebook_loop_exactly():
     summary, rows = analyse_model(run, layers, "mean", 400, 0.95, seed=42, compat="seed")
     np.random.seed(42)  # the notebook: global seed, then layer by layer, resample by resample
     a, b, pref = run.a("mean"), run.b("mean"), run.pref
-    for layer, row in zip(layers, [r for r in rows if r["metric"] == "r_centroid_pref"]):
+    for layer, row in zip(layers, [r for r in rows if r["metric"] == "r_centroid_pref"], strict=False):
         metric = notebook.centroid_asymmetry(a[:, layer], b[:, layer])
         r_obs, p = stats.pearsonr(metric, pref)
         lo, hi = notebook.bootstrap_ci(metric, pref, 400)
@@ -93,7 +93,7 @@ def test_default_rows_match_scipy_on_leave_one_out_centroids():
         ci = stats.bootstrap((x, pref), lambda u, v: np.corrcoef(u, v)[0, 1], paired=True, vectorized=False,
                              n_resamples=300, confidence_level=0.9, method="BCa", rng=np.random.default_rng(5))
         assert (row["ci_lo"], row["ci_hi"]) == pytest.approx(tuple(ci.confidence_interval), abs=1e-8)
-        perm = stats.permutation_test((pref,), lambda y: abs(np.corrcoef(x, y)[0, 1]), permutation_type="pairings",
+        perm = stats.permutation_test((pref,), lambda y, x=x: abs(np.corrcoef(x, y)[0, 1]), permutation_type="pairings",
                                       vectorized=False, n_resamples=500, alternative="greater",
                                       rng=np.random.default_rng(5))
         assert row["p_perm"] == pytest.approx(perm.pvalue, abs=1e-12)
@@ -121,7 +121,7 @@ def test_significance_is_judged_on_q_in_default_mode():
     q = stats.false_discovery_control([r_rows[layer]["p_perm"] for layer in run.layers], method="bh")
     np.testing.assert_allclose([r_rows[layer]["q"] for layer in run.layers], q, rtol=1e-12)
     assert [r_rows[layer]["significant"] for layer in run.layers] == list(q < 0.05)
-    assert summary["significant_layers"] == [layer for layer, qi in zip(run.layers, q) if qi < 0.05]
+    assert summary["significant_layers"] == [layer for layer, qi in zip(run.layers, q, strict=False) if qi < 0.05]
     assert 0 < len(summary["significant_layers"]) < len(run.layers)
     assert summary["final_significant"] == (q[-1] < 0.05) and summary["significance"] == "q"
     # default mode: a label only when q < 1 - level (here q ~ 0.3 with r < 0: the notebook said "Negative trend")
@@ -150,7 +150,7 @@ def test_dropped_category_rows_equal_an_analysis_of_the_dataset_without_it(compa
     # by default the table also holds the sensitivity checks (other subsets); "without c1" is written once
     expected = [r for r in expected if r["subset"] == "all"]
     assert len(dropped) == len(expected) and len([r for r in rows if r["subset"] == "all"]) == len(expected)
-    for got, want in zip(dropped, expected):
+    for got, want in zip(dropped, expected, strict=False):
         assert {**got, "subset": "all"} == pytest.approx(want, nan_ok=True)
     w = summary["without_category"]
     assert w["category"] == "c1" and w["n_pairs"] == 27
@@ -159,11 +159,11 @@ def test_dropped_category_rows_equal_an_analysis_of_the_dataset_without_it(compa
 
 
 def test_unknown_drop_category_and_small_n_warnings(monkeypatch):
-    from layerscope.studies import inputs
+    from layerscope.studies import runner
     from layerscope.studies.config import ConfigError, StudyConfig
     from layerscope.studies.phases import Phases, pair_warnings
 
-    monkeypatch.setattr(inputs, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     with pytest.raises(ConfigError, match="'nope' is not a category.*choose one of"):
         Phases().run(StudyConfig(study="phases", models=("smollm2-135m",), drop_category="nope"))
     assert Phases().run(StudyConfig(study="phases", models=())).summary["warnings"] == []  # 154 bundled pairs

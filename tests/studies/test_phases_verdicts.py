@@ -76,7 +76,9 @@ def naive_x(run, layer, stage="pre_norm", pooling="mean"):
     def cos(u, v):
         return u @ v / (np.linalg.norm(u) * np.linalg.norm(v))
 
-    others = lambda m, i: np.delete(m, i, 0).mean(0)
+    def others(m, i):
+        return np.delete(m, i, 0).mean(0)
+
     return np.array([cos(a[i], others(a, i)) - cos(b[i], others(b, i)) for i in range(len(a))])
 
 
@@ -128,7 +130,8 @@ def test_a_clear_pythia_pattern_with_many_pairs_has_intervals_equal_to_a_naive_b
     assert profile[8]["stage"] == "pre_norm" and all("stage" not in profile[layer] for layer in range(8))
     means = {row["phase"]: row for row in rows if row["metric"] in ("phase_mean", "phase_difference")
              and row["subset"] == "all"}
-    assert (means["late - early"]["ci_lo"], means["early"]["ci_hi"]) == (d["ci_lo"], summary["phases"]["early"]["ci_hi"])
+    assert (means["late - early"]["ci_lo"], means["early"]["ci_hi"]) == (
+        d["ci_lo"], summary["phases"]["early"]["ci_hi"])
 
 
 def test_the_last_tested_layer_verdict_needs_r_below_minus_0_1_with_q(pythia):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from layerscope.studies.scaling.analysis import analyse_model, peak_stability, profile_summary
 import notebook_reference as notebook
+from layerscope.studies.scaling.analysis import analyse_model, peak_stability, profile_summary
 from synthetic import pair_run
 
 
@@ -72,7 +72,8 @@ def test_default_profile_rows_match_scipy_and_q_decides_significance():
         np.testing.assert_allclose([family[layer]["q"] for layer in layers], q, rtol=1e-12)
         assert [family[layer]["significant"] for layer in layers] == list(q < 0.05)
     peak = r_rows[summary["max_pos_layer"]]
-    assert summary["max_pos_layer"] == max((l for l in layers if l != 0), key=lambda l: r_rows[l]["value"])
+    assert summary["max_pos_layer"] == max((layer for layer in layers if layer != 0),
+                                           key=lambda layer: r_rows[layer]["value"])
     assert summary["max_pos_ci"] == [peak["ci_lo"], peak["ci_hi"]] and summary["max_pos_q"] == peak["q"]
     assert summary["significant_layers"] == [layer for layer in layers if r_rows[layer]["significant"]]
 

@@ -213,8 +213,8 @@ def test_sign_changes_are_split_by_williams_test():
     p = [williams_p(stats.pearsonr(x[:, j], PREF)[0], stats.pearsonr(x[:, i], PREF)[0],
                     stats.pearsonr(x[:, i], x[:, j])[0], N_CAT) for i, j in candidates]
     q = stats.false_discovery_control(p, method="bh")
-    significant = [pair for pair, qi in zip(candidates, q) if qi < 0.05]
-    noise = [pair for pair, qi in zip(candidates, q) if qi >= 0.05]
+    significant = [pair for pair, qi in zip(candidates, q, strict=False) if qi < 0.05]
+    noise = [pair for pair, qi in zip(candidates, q, strict=False) if qi >= 0.05]
     assert (3, 4) in significant and (6, 7) in noise  # +0.9 -> -0.9 is real; +0.1 -> -0.1 is noise
     assert [(f["layer_before"], f["layer_after"]) for f in summary["sign_changes"]] == significant
     assert [(f["layer_before"], f["layer_after"]) for f in summary["sign_flips_within_noise"]] == noise

@@ -108,8 +108,10 @@ def test_an_out_folder_of_another_sweep_or_anything_else_needs_force(tmp_path):
 def test_profile_rows_keep_the_main_view_and_average_the_rest():
     base = {"revision": None, "step": None, "n_layers": 2}
     table = pd.DataFrame([
-        {**base, "model": "m", "layer": 1, "depth": 0.5, "metric": "r", "value": 0.2, "pooling": "mean", "subset": "all"},
-        {**base, "model": "m", "layer": 1, "depth": 0.5, "metric": "r", "value": 0.9, "pooling": "last", "subset": "all"},
+        {**base, "model": "m", "layer": 1, "depth": 0.5, "metric": "r", "value": 0.2, "pooling": "mean",
+         "subset": "all"},
+        {**base, "model": "m", "layer": 1, "depth": 0.5, "metric": "r", "value": 0.9, "pooling": "last",
+         "subset": "all"},
         {**base, "model": "m", "layer": 1, "depth": 0.5, "metric": "r", "value": 0.7, "pooling": "mean",
          "subset": "without c"},
         {**base, "model": "m", "layer": 1, "depth": 0.5, "metric": "ua", "value": 5.0, "pooling": "mean",

@@ -24,7 +24,7 @@ def test_a_sweep_where_every_task_fails_writes_the_page_of_failures_and_exits_1(
     (tmp_path / "pairs.json").write_text(json.dumps(tiny.pairs(4, 5)))
     text = "study: scaling\nmodels: [./no-such-model, ./nor-this-one]\ndataset: pairs.json\n"
     (tmp_path / "sweep.yaml").write_text(text)
-    for attempt in range(2):  # and again: the failed tasks are retried, and fail the same way
+    for _attempt in range(2):  # and again: the failed tasks are retried, and fail the same way
         result = runner.invoke(app, ["sweep", "--config", "sweep.yaml", "--out", "out"])
         assert result.exit_code == 1, result.output
         assert "Traceback" not in result.output and "KeyError" not in result.output

@@ -19,6 +19,7 @@ import typer
 from typer.core import TyperGroup
 
 from ..errors import LayerscopeError
+from ..provenance import VERSION
 
 try:  # typer >= 0.26 carries its own copy of click
     from typer._click.exceptions import ClickException
@@ -68,9 +69,7 @@ app = typer.Typer(
 
 def version_callback(value: bool) -> None:
     if value:
-        from .. import __version__
-
-        typer.echo(f"layerscope {__version__}")
+        typer.echo(f"layerscope {VERSION}")
         raise typer.Exit()
 
 

@@ -3,29 +3,30 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
-from enum import Enum
+from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 import typer
 
-from ..data import PairDataset, bundled_pairs_path, load_pairs
-from ..engine import Activations, extract
-from ..io import atomic_write_json, check_out_dir, staged_dir
-from ..models import DEFAULT_MODEL, ZOO, load_model
+from ..models import DEFAULT_MODEL, ZOO  # the zoo's names only: no torch until the command runs
 from ..provenance import library_versions
 from .app import app, setup_logging, user_errors
+
+if TYPE_CHECKING:
+    from ..data import PairDataset
+    from ..engine import Activations
 
 MODEL_HELP = (f"Model: a zoo name ({', '.join(ZOO)}), a local folder, a .gguf file, "
               "or a Hugging Face hub id, optionally ID@REVISION.")
 
 
-class Compat(str, Enum):
+class Compat(StrEnum):
     seed = "seed"
 
 
-class DType(str, Enum):
+class DType(StrEnum):
     float32 = "float32"
     float16 = "float16"
     bfloat16 = "bfloat16"
@@ -57,10 +58,15 @@ def extract_command(
 ) -> None:
     """Run every text of a pair dataset through a model once; save every layer's pooled
     vectors (mean, last, first) and each text's NLL, and print a per-category summary."""
+    from ..data import load_pairs
+    from ..engine import extract
+    from ..io import atomic_write_json, check_out_dir, staged_dir
+    from ..models import load_model
+
     setup_logging(verbose)
     started = time.perf_counter()
     inputs = [str(p) for p in (dataset, model) if p is not None and Path(p).exists()]  # never replaced by --out
-    out = check_out_dir(out or Path("runs") / f"extract-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}", force, inputs)
+    out = check_out_dir(out or Path("runs") / f"extract-{datetime.now(UTC):%Y%m%d-%H%M%S}", force, inputs)
     pairs = load_pairs(dataset)
     lm = load_model(model, dtype=dtype.value, device=device, device_map=device_map)
     loaded = time.perf_counter()
@@ -79,7 +85,7 @@ def manifest(acts: Activations, pairs: PairDataset, *, load_s: float, total_s: f
     return {
         "schema_version": 1,
         "command": "extract",
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "model": acts.model.to_dict(),
         "dataset": {"source": pairs.source, "hash": pairs.hash, "n_pairs": pairs.n_pairs,
                     "categories": [c.name for c in pairs.categories]},
@@ -93,6 +99,8 @@ def manifest(acts: Activations, pairs: PairDataset, *, load_s: float, total_s: f
 
 
 def summary(acts: Activations, pairs: PairDataset) -> str:
+    import numpy as np
+
     info, stats = acts.model, acts.stats
     nll = acts.nll_mean
     nll_a, nll_b = nll[0::2], nll[1::2]
@@ -118,4 +126,6 @@ def summary(acts: Activations, pairs: PairDataset) -> str:
 
 
 def _label(pairs: PairDataset) -> str:
+    from ..data import bundled_pairs_path
+
     return "bundled pairs" if Path(pairs.source) == bundled_pairs_path() else pairs.source

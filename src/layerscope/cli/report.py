@@ -7,7 +7,6 @@ from pathlib import Path
 import typer
 
 from ..errors import OutputError
-from ..report.html import write_index
 from .app import app, user_errors
 
 
@@ -17,6 +16,8 @@ def report_command(
     folder: Path = typer.Argument(..., help="A run folder written by `layerscope run` (one study or a suite)."),
 ) -> None:
     """Rebuild FOLDER/index.html from the run folder's result.json, table.csv, figures and report.md."""
+    from ..studies.pages import write_index  # the studies (and torch) only when the command runs
+
     if not folder.is_dir():
         raise OutputError(f"{folder} is not a folder; pass the run folder that `layerscope run` wrote")
     typer.echo(f"wrote {write_index(folder)}")

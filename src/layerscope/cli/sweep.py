@@ -8,17 +8,20 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from enum import Enum
+from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from ..sweep import SweepPlan, load_sweep_file, run_sweep
 from .app import app, setup_logging, user_errors
 
+if TYPE_CHECKING:
+    from ..sweep import SweepPlan
 
-class Executor(str, Enum):
+
+class Executor(StrEnum):
     serial = "serial"
     ray = "ray"
 
@@ -50,18 +53,22 @@ def sweep_command(
     """Run one study once per model (or model revision), each into its own folder, and gather every
     task's table into one table.csv with figures over depth and training step, sweep.json and index.html.
     A task that fails is reported and the others go on; running the same sweep again retries it."""
+    from ..sweep import load_sweep_file  # the studies (and torch) only when the command runs
+
     setup_logging(verbose)
     overrides = {"models": tuple(models)} if models else {}
     plan = load_sweep_file(config_file, overrides, revisions=tuple(revisions) if revisions else None,
                            executor=executor and executor.value, ray_address=ray_address, workers=workers,
                            gpus_per_task=gpus_per_task)
-    stamp = f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
+    stamp = f"{datetime.now(UTC):%Y%m%d-%H%M%S}"
     finish_sweep(plan, out or Path("runs") / f"sweep-{plan.config.study}-{stamp}", force, [config_file])
 
 
 def finish_sweep(plan: SweepPlan, out: Path, force: bool, inputs: tuple[Path, ...] | list[Path] = ()) -> None:
     """Run the sweep, print where it went; exit 1 when a task failed (after writing everything else).
     ``inputs``: the config file, which ``out`` may not hold."""
+    from ..sweep import run_sweep
+
     summary = run_sweep(plan, out, force=force, echo=typer.echo, inputs=inputs)
     typer.echo(f"wrote {out}/ (index.html, table.csv, sweep.json, figures; one folder per task under tasks/)")
     if summary["n_failed"]:

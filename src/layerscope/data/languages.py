@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import DatasetError, short
 from ..provenance import sha256_json
-from .pairs import check_text, parse_json, read_text, require_file
+from .files import check_text, parse_json, read_text, require_file
 
 RESOURCES = ("high", "low")
 

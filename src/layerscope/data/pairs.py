@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
-import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -32,6 +30,7 @@ import numpy as np
 
 from ..errors import DatasetError, short
 from ..provenance import sha256_json
+from .files import check_text, parse_json, read_text, require_file, split_lines
 
 MIN_PAIRS_PER_CATEGORY = 2
 MIN_CATEGORIES = 4
@@ -129,98 +128,6 @@ def _check_distinct(path: Path, categories: list[Category]) -> None:
             seen[pair] = where
 
 
-def file_problem(path: Path, option: str | None = None) -> str | None:
-    """``file_problem(Path("data"), "--dataset")  # 'is a folder, not a file; pass a file to --dataset'``: why
-    ``path`` cannot be read as an input file, completing a sentence that starts with its name (None: it can be)."""
-    try:
-        folder, exists = path.is_dir(), path.exists()
-    except OSError as exc:  # e.g. a name too long for the file system
-        return f"cannot be used ({exc.strerror}); check {option or 'the path'}"
-    if folder:
-        return f"is a folder, not a file; pass {f'a file to {option}' if option else 'a file in it'}"
-    if not exists:
-        return f"does not exist; check {option or 'the path'}"
-    return None
-
-
-def require_file(path: Path, what: str, option: str | None = None) -> None:
-    """``require_file(path, "texts file", "--texts")``: :class:`DatasetError` (``"texts file X does not exist;
-    check --texts"``) unless ``path`` is a file."""
-    if problem := file_problem(path, option):
-        raise DatasetError(f"{what} {path} {problem}")
-
-
-def read_text(path: Path) -> str:
-    """``text = read_text(path)``: the file as UTF-8 text, a leading byte-order mark dropped, newlines as written.
-
-    Raises :class:`DatasetError` when the file cannot be read or is not UTF-8.
-    """
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise DatasetError(f"{path}: cannot read the file ({exc.strerror or exc}); check its permissions") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DatasetError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); "
-                           "save the file with UTF-8 encoding") from None
-    return text.removeprefix("\ufeff")
-
-
-_NEWLINE = re.compile(r"\r\n|\r|\n")
-
-
-def split_lines(text: str) -> list[str]:
-    """``split_lines("a\\r\\nb")  # ['a', 'b']``: lines as an editor numbers them (``\\n``, ``\\r\\n`` or ``\\r``).
-
-    Unlike :meth:`str.splitlines`, characters such as U+2028 or U+0085 inside a line do not end it.
-    """
-    return _NEWLINE.split(text)
-
-
-def parse_json(path: Path, text: str, where: str = "") -> Any:
-    """``data = parse_json(path, text)``: the JSON value in ``text``; ``where`` (e.g. ``", line 3"``) goes in errors.
-
-    Raises :class:`DatasetError` for invalid JSON, a key repeated within one object (JSON would silently keep
-    only the last), nesting too deep to read, or a number too long to convert.
-    """
-    def unique(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        obj: dict[str, Any] = {}
-        for key, value in items:
-            if key in obj:
-                raise DatasetError(f"{path}{where}: the key {short(key)} appears twice in one object; JSON keeps "
-                                   "only the last one, so merge the two entries or rename one")
-            obj[key] = value
-        return obj
-
-    try:
-        return json.loads(text, object_pairs_hook=unique)
-    except json.JSONDecodeError as exc:
-        at = f"line {exc.lineno}, column {exc.colno}: " if not where else ""
-        raise DatasetError(f"{path}{where}: not valid JSON ({at}{exc.msg})") from None
-    except RecursionError:
-        raise DatasetError(f"{path}{where}: JSON nested too deeply to read; the format needs only a few "
-                           "levels") from None
-    except ValueError as exc:  # an integer literal of more than 4300 digits (sys.get_int_max_str_digits)
-        reason = str(exc).split(":")[0]
-        raise DatasetError(f"{path}{where}: a number in it is too long to read ({reason}); no number in this "
-                           "format needs that many digits, so check that this is the right file") from None
-
-
-def check_text(value: str) -> str | None:
-    """``problem = check_text(s)``: why ``s`` cannot be used as text (None when it can).
-
-    Catches what JSON allows but nothing downstream can hash, tokenize or write: unpaired surrogates
-    (``"\\ud800"`` escapes), which have no UTF-8 form.
-    """
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return (f"contains the unpaired surrogate {value[exc.start]!r} at character {exc.start}, which is not a "
-                "character; fix the \\u escape (surrogates come in pairs) or remove it")
-    return None
-
-
 def _category(path: Path, name: Any, pairs: Any, description: Any = "", expected: Any = "",
               where: list[str] | None = None) -> Category:
     if not isinstance(name, str) or not name.strip():
@@ -239,7 +146,7 @@ def _category(path: Path, name: Any, pairs: Any, description: Any = "", expected
                 f"{path}: category {name!r}, pair {i}{at}: expected two non-empty strings "
                 f"[statement A, statement B], got {short(pair)}"
             )
-        for label, text in zip("AB", pair):
+        for label, text in zip("AB", pair, strict=False):
             if problem := check_text(text):
                 raise DatasetError(f"{path}: category {name!r}, pair {i}{at}: statement {label} {problem}")
         checked.append((pair[0], pair[1]))

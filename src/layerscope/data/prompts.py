@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import DatasetError
 from ..provenance import sha256_json
-from .pairs import read_text, require_file, split_lines
+from .files import read_text, require_file, split_lines
 
 MIN_PROMPTS = 2
 

@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import DatasetError
-from .pairs import read_text, require_file
+from .files import read_text, require_file
 
 REQUIRED = ("model", "early", "mid", "late")
 METHOD_FIELDS = ("data", "layers", "token_rule")

@@ -35,7 +35,8 @@ class Batch:
     """(B,) column of each text's last real token."""
 
     def to(self, device: torch.device) -> Batch:
-        move = {k: getattr(self, k).to(device) for k in ("input_ids", "attention_mask", "position_ids", "first", "last")}
+        move = {k: getattr(self, k).to(device)
+                for k in ("input_ids", "attention_mask", "position_ids", "first", "last")}
         return Batch(index=self.index, **move)
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
@@ -87,7 +88,7 @@ def collate(ids: Sequence[Sequence[int]], index: np.ndarray, pad_id: int, side: 
     input_ids = torch.full((len(ids), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(ids), width), dtype=torch.long)
     start = width - lengths if side == "left" else torch.zeros_like(lengths)
-    for row, (seq, s) in enumerate(zip(ids, start.tolist())):
+    for row, (seq, s) in enumerate(zip(ids, start.tolist(), strict=False)):
         input_ids[row, s : s + len(seq)] = torch.tensor(seq, dtype=torch.long)
         mask[row, s : s + len(seq)] = 1
     position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)

@@ -26,12 +26,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ..errors import ExtractionError
 from ..models.info import decoder_layers, input_device
 from ..models.load import LoadedModel
 from ..paths import activations_dir
+from ..progress import steps
 from ..provenance import sha256_json
 from .activations import Activations, ExtractSettings, ExtractStats
 from .batching import Batch, collate, pad_id, plan_batches, token_budget
@@ -83,16 +83,15 @@ def extract(
     with store.locked() if store else contextlib.nullcontext():
         parts = _reusable(store, batches, lm, settings) if store else {}
         todo = [b for b in range(len(batches)) if b not in parts]
-        with tqdm(total=len(batches), initial=len(parts), desc=f"extract {lm.info.name}", unit="batch",
-                  disable=None if progress is None else not progress, leave=False) as bar:
-            for b in todo:
-                batch = collate([ids[i] for i in batches[b]], batches[b], pad_id(lm.tokenizer), padding_side)
-                parts[b] = run_batch(lm, batch, settings, texts=texts)
-                if store:
-                    store.put(b, parts[b])
-                bar.update()
-                if on_batch:
-                    on_batch(len(parts), len(batches))
+        shown = steps(todo, f"extract {lm.info.name}", "batch", len(batches), len(parts)) if progress is not False \
+            else todo
+        for b in shown:
+            batch = collate([ids[i] for i in batches[b]], batches[b], pad_id(lm.tokenizer), padding_side)
+            parts[b] = run_batch(lm, batch, settings, texts=texts)
+            if store:
+                store.put(b, parts[b])
+            if on_batch:
+                on_batch(len(parts), len(batches))
     acts = _assemble(texts, batches, parts, lm, settings, fingerprint)
     stats = ExtractStats(batches=len(batches), batches_computed=len(todo),
                          batches_reused=len(batches) - len(todo), seconds=time.perf_counter() - start)

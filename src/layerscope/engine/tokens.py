@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ..errors import ExtractionError
 from ..models.info import input_device
 from ..models.load import LoadedModel
+from ..progress import steps
 from .batching import collate, pad_id, plan_batches, token_budget
 from .extract import last_capture, pre_norm_capture
 from .guards import check_finite, encode
@@ -73,8 +73,7 @@ def token_states(lm: LoadedModel, texts: Sequence[str], *, batch_size: int = 16,
     pre_norm = np.empty((offsets[-1], lm.info.hidden_size), dtype=np.float32)
     device = input_device(lm.model)
     batches = plan_batches(lengths, batch_size, token_budget(lm.info.vocab_size))
-    for index in tqdm(batches, desc=f"token states {lm.info.name}", unit="batch", leave=False,
-                      disable=None if progress is None else not progress):
+    for index in steps(batches, f"token states {lm.info.name}", "batch") if progress is not False else batches:
         batch = collate([ids[i] for i in index], index, pad_id(lm.tokenizer)).to(device)
         with pre_norm_capture(lm.model) as captured:
             out = lm.model(**batch.model_inputs(), output_hidden_states=True, use_cache=False)

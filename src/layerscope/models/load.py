@@ -24,6 +24,7 @@ from torch import nn
 from ..errors import ModelLoadError
 from .checks import check_decoder_config, check_folder, check_trained, first_line, missing_tokenizer
 from .info import ModelInfo, describe
+from .spec import split_revision
 from .zoo import DEFAULT_MODEL, ZOO, converted_gguf, zoo_folder
 
 log = logging.getLogger(__name__)
@@ -98,8 +99,8 @@ def load_model(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_dtype = resolve_dtype(dtype)
-    if "@" in spec and revision is None and not Path(spec).exists():
-        spec, revision = spec.rsplit("@", 1)
+    if revision is None:
+        spec, revision = split_revision(spec)
     source, is_hub = _resolve_source(spec)
     kwargs = {"dtype": torch_dtype}
     if revision is not None:

@@ -35,7 +35,9 @@ def _channel_axes(layer: nn.Module) -> dict[str, int]:
     return axes
 
 
-def target_params(model: nn.Module, layers: Iterable[int], targets: str = "linear") -> dict[str, tuple[nn.Parameter, int]]:
+def target_params(
+    model: nn.Module, layers: Iterable[int], targets: str = "linear"
+) -> dict[str, tuple[nn.Parameter, int]]:
     """{qualified name: (parameter, channel axis)} for the chosen layers and targets."""
     if targets not in TARGETS:
         raise ValueError(f"unknown targets {targets!r}; use one of {TARGETS}")

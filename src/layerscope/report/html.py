@@ -1,8 +1,11 @@
-"""One self-contained ``index.html`` for a run folder: verdicts first, then each study's
-figures (embedded), report tables, method notes and manifest. No network, no scripts.
+"""Self-contained HTML pages: no network, no scripts, figures embedded. Knows no study: it renders plain sections.
 
-    write_index(Path("runs/20261122-153000"))     # a suite folder (one sub-folder per study)
-    write_index(Path("runs/phases-20261122"))     # or one study's folder
+    page("layerscope run X", body_html)                    # the page skeleton every layerscope page shares
+    render_run("runs/X", sections)                         # a run's page: verdicts first, then each section
+    write_page(Path("runs/X/index.html"), text)            # atomically; never over a page layerscope did not write
+
+A :class:`Section` is one study's part of a run page, in plain values (title, headline lines, method notes,
+its folder's figures and report.md); :mod:`layerscope.studies.pages` builds them from run folders.
 """
 
 from __future__ import annotations
@@ -10,13 +13,15 @@ from __future__ import annotations
 import base64
 import html
 import re
-from datetime import datetime, timezone
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import markdown
 
+from ..errors import OutputError
 from ..io import atomic_file
-from .method_notes import COMPAT_DIFFERENCES
 
 STYLE = """
 body { font: 15px/1.5 system-ui, sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em; color: #222; }
@@ -25,42 +30,58 @@ table { border-collapse: collapse; margin: 0.8em 0; font-size: 13px; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; }
 img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0; }
-.verdicts li { margin: 0.3em 0; } .warning { background: #fff4e0; border-left: 4px solid #e69500; padding: 0.4em 0.8em; }
+.verdicts li { margin: 0.3em 0; }
+.warning { background: #fff4e0; border-left: 4px solid #e69500; padding: 0.4em 0.8em; }
 .muted { color: #666; font-size: 13px; } code { background: #f5f5f5; padding: 0 3px; }
 details { margin: 1em 0; } summary { cursor: pointer; font-weight: 600; }
 """
 
-
-def study_folders(folder: Path) -> list[Path]:
-    """The study folders of a run: ``folder`` itself, or its sub-folders holding a result.json."""
-    if (folder / "result.json").is_file():
-        return [folder]
-    from ..studies.config_file import SUITE
-
-    found = [p.parent for p in folder.glob("*/result.json")]
-    return sorted(found, key=lambda p: (SUITE.index(p.name) if p.name in SUITE else len(SUITE), p.name))
-
-
-def write_index(folder: Path, name: str | None = None) -> Path:
-    """Render ``folder/index.html`` (atomically) from the files in the run folder; ``name``
-    titles the page (default: the folder's name)."""
-    from ..errors import OutputError
-
-    folder = Path(folder)
-    if not study_folders(folder):
-        raise OutputError(f"{folder} holds no finished study (no result.json in it or its sub-folders); "
-                          "pass a folder written by `layerscope run`")
-    path = folder / "index.html"
-    if path.exists() and not written_by_layerscope(path):
-        raise OutputError(f"{path} was not written by layerscope and would be overwritten; move it out of "
-                          f"{folder}, then render the page again")
-    with atomic_file(path, "w") as f:
-        f.write(render_index(folder, name or folder.resolve().name))
-    return path
-
-
 GENERATOR = '<meta name="generator" content="layerscope">'
 """In the head of every page layerscope renders: such a page may be rendered again over itself."""
+
+
+@dataclass
+class Section:
+    """One study's part of a run page, in plain values."""
+
+    anchor: str
+    title: str
+    question: str
+    headline: list[str]
+    folder: Path
+    """The study's run folder: its figures (*.png), report.md and data files are shown."""
+    method: str
+    """How it was computed, in a few words (e.g. "layerscope default")."""
+    method_notes: list[tuple[str, str]] = field(default_factory=list)
+    """(the notebooks' method, the layerscope default) rows."""
+    warnings: list[str] = field(default_factory=list)
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+def page(title: str, body: str, heading: bool = True, note: str = "") -> str:
+    """A whole page: ``title`` (escaped here) in the head and, with ``heading``, as its h1; a line saying when it
+    was made, ending in ``note`` (HTML); then ``body`` (HTML) as it is."""
+    title = html.escape(title)
+    made = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>{GENERATOR}'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>'
+            f'<body>{f"<h1>{title}</h1>" if heading else ""}<p class="muted">Rendered {made} by layerscope from the '
+            f'files in this folder{note}.</p>{body}</body></html>\n')
+
+
+def check_page(path: Path) -> None:
+    """:class:`OutputError` when ``path`` holds a file layerscope did not render (it would be overwritten)."""
+    if path.exists() and not written_by_layerscope(path):
+        raise OutputError(f"{path} was not written by layerscope and would be overwritten; move it out of "
+                          f"{path.parent}, then render the page again")
+
+
+def write_page(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically; an existing file there that layerscope did not render is kept."""
+    check_page(path)
+    with atomic_file(path, "w") as f:
+        f.write(text)
+    return path
 
 
 def written_by_layerscope(page: Path) -> bool:
@@ -70,59 +91,36 @@ def written_by_layerscope(page: Path) -> bool:
             head = f.read(16384)
     except OSError:
         return False
-    return GENERATOR.encode() in head or (b"<title>layerscope run " in head and b" by layerscope from the files "
-                                          b"in this folder" in head)
+    older = (b"<title>layerscope run " in head or b"<title>layerscope sweep " in head)
+    return GENERATOR.encode() in head or (older and b" by layerscope from the files in this folder" in head)
 
 
-def render_index(folder: Path, name: str) -> str:
-    from ..studies import StudyResult, get_study
-
-    sections, verdicts, manifests = [], [], []
-    for sub in study_folders(folder):
-        result = StudyResult.load(sub)
-        study = get_study(result.study)
-        anchor = html.escape(sub.name if sub != folder else result.study)
-        warnings = result.summary.get("warnings") or []
-        lines = "".join(f"<li>{html.escape(line)}</li>" for line in _headline(study, result, sub))
-        warn = "".join(f'<p class="warning">{html.escape(w)}</p>' for w in warnings)
-        verdicts.append(f'<h3><a href="#{anchor}">{html.escape(study.title)}</a></h3>{warn}'
+def render_run(root: Path, name: str, sections: list[Section]) -> str:
+    """A run's page: the verdicts of every section, then each section, then the manifests."""
+    verdicts, bodies, manifests = [], [], []
+    for s in sections:
+        warn = "".join(f'<p class="warning">{html.escape(w)}</p>' for w in s.warnings)
+        lines = "".join(f"<li>{html.escape(line)}</li>" for line in s.headline)
+        verdicts.append(f'<h3><a href="#{html.escape(s.anchor)}">{html.escape(s.title)}</a></h3>{warn}'
                         f'<ul class="verdicts">{lines}</ul>')
-        sections.append(_section(sub, folder, anchor, study, result, warn))
-        manifests.append(_manifest(study.title, result.manifest))
-    title = f"layerscope run {html.escape(name)}"
-    made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>{GENERATOR}'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>'
-            f'<body><h1>{title}</h1><p class="muted">Rendered {made} by layerscope from the files in this folder; '
-            f'<code>layerscope report {html.escape(name)}</code> renders it again.</p>'
-            f'<h2 id="summary">Summary of verdicts</h2>{"".join(verdicts)}'
-            f'{"".join(sections)}<h2 id="manifest">Manifest</h2>{"".join(manifests)}</body></html>\n')
+        bodies.append(_section(root, s, warn))
+        manifests.append(_manifest(s.title, s.manifest))
+    body = (f'<h2 id="summary">Summary of verdicts</h2>{"".join(verdicts)}{"".join(bodies)}'
+            f'<h2 id="manifest">Manifest</h2>{"".join(manifests)}')
+    again = f'; <code>layerscope report {html.escape(name)}</code> renders it again'
+    return page(f"layerscope run {name}", body, note=again)
 
 
-def _headline(study, result, folder: Path) -> list[str]:
-    """The study's verdict lines; a result.json that parses but lacks what the study wrote is a
-    :class:`ResultFileError` naming it, not a KeyError."""
-    from ..errors import ResultFileError
-    from ..studies.result import rerun_hint
-
-    try:
-        return list(study.headline(result))
-    except (KeyError, TypeError, IndexError, AttributeError) as exc:
-        raise ResultFileError(f"{folder / 'result.json'} lacks what a {result.study} run writes ({type(exc).__name__}: "
-                              f"{str(exc)[:80]}); the file is damaged: {rerun_hint(folder)}") from None
-
-
-def _section(folder: Path, root: Path, anchor: str, study, result, warn: str) -> str:
-    figures = "".join(embed_figure(png) for png in sorted(folder.glob("*.png")))
-    report = folder / "report.md"
-    body = _markdown(report.read_text(encoding="utf-8")) if report.is_file() else ""
-    compat = "seed compat (the notebooks' method)" if result.config.get("compat") == "seed" else "layerscope default"
+def _section(root: Path, s: Section, warn: str) -> str:
+    figures = "".join(embed_figure(png) for png in sorted(s.folder.glob("*.png")))
+    report = s.folder / "report.md"
+    body = markdown_html(report.read_text(encoding="utf-8"), shift=2) if report.is_file() else ""
     notes = "".join(f"<tr><td>{html.escape(seed)}</td><td>{html.escape(default)}</td></tr>"
-                    for seed, default in COMPAT_DIFFERENCES.get(result.study, []))
+                    for seed, default in s.method_notes)
     files = " ".join(f'<a href="{html.escape(p.relative_to(root).as_posix())}">{html.escape(p.name)}</a>'
-                     for p in sorted(folder.iterdir()) if p.suffix in (".csv", ".json", ".md", ".zip"))
-    return (f'<h2 id="{anchor}">{html.escape(study.title)}</h2><p><em>{html.escape(study.question)}</em></p>'
-            f'<p class="muted">Method: {compat}. Files: {files}</p>{warn}{figures}'
+                     for p in sorted(s.folder.iterdir()) if p.suffix in (".csv", ".json", ".md", ".zip"))
+    return (f'<h2 id="{html.escape(s.anchor)}">{html.escape(s.title)}</h2><p><em>{html.escape(s.question)}</em></p>'
+            f'<p class="muted">Method: {html.escape(s.method)}. Files: {files}</p>{warn}{figures}'
             f'<details open><summary>Report</summary>{body}</details>'
             f'<details><summary>Method notes: --compat seed vs the default</summary><table>'
             f'<tr><th>notebooks (--compat seed)</th><th>layerscope default</th></tr>{notes}</table></details>')
@@ -131,13 +129,16 @@ def _section(folder: Path, root: Path, anchor: str, study, result, warn: str) ->
 def embed_figure(png: Path) -> str:
     data = base64.b64encode(png.read_bytes()).decode("ascii")
     name = html.escape(png.stem)
-    return f'<figure><img alt="{name}" src="data:image/png;base64,{data}"><figcaption class="muted">{name}</figcaption></figure>'
+    return (f'<figure><img alt="{name}" src="data:image/png;base64,{data}"><figcaption class="muted">{name}'
+            '</figcaption></figure>')
 
 
-def _markdown(text: str) -> str:
-    """Render a study report; its headings move down two levels to sit under the study's h2."""
+def markdown_html(text: str, shift: int = 0) -> str:
+    """Markdown (with tables) as HTML; headings move down ``shift`` levels (a study report sits under an h2)."""
     out = markdown.markdown(text, extensions=["tables"], output_format="html")
-    return re.sub(r"<(/?)h([1-6])", lambda m: f"<{m.group(1)}h{min(int(m.group(2)) + 2, 6)}", out)
+    if not shift:
+        return out
+    return re.sub(r"<(/?)h([1-6])", lambda m: f"<{m.group(1)}h{min(int(m.group(2)) + shift, 6)}", out)
 
 
 def _manifest(title: str, manifest: dict) -> str:

@@ -76,3 +76,7 @@ def after_norm_marker(ax, x, y, color, label: bool = True):
     return ax.scatter(x, y, s=90, facecolors="none", edgecolors=color, linewidths=1.8, zorder=5,
                       label=AFTER_NORM if label else None)
 
+
+def figure_slug(name: str) -> str:
+    """A file-name part for a model's figure: ``figure_slug("org/model-1.5b")`` -> ``"org-model-1-5b"``."""
+    return "".join(c if c.isalnum() else "-" for c in name).strip("-")

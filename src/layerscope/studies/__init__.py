@@ -1,12 +1,16 @@
-"""The studies: each turns one notebook into a function from a config to a result.
+"""The studies: each turns one notebook into a function from a config to a result; each is one package that
+registers itself (:func:`register_study`), and other packages add more through entry points.
 
     from layerscope.studies import StudyConfig, run_study
     result = run_study(StudyConfig(study="divergence", models=("smollm2-135m",)))
     result.write("runs/divergence")
 """
 
+from .base import Study
 from .config import ConfigError, StudyConfig
-from .registry import get_study, run_study, studies
+from .registry import get_study, register_study, run_study, studies
 from .result import StudyResult
+from .settings import PairSettings, Settings, setting
 
-__all__ = ["ConfigError", "StudyConfig", "StudyResult", "get_study", "run_study", "studies"]
+__all__ = ["ConfigError", "PairSettings", "Settings", "Study", "StudyConfig", "StudyResult", "get_study",
+           "register_study", "run_study", "setting", "studies"]

@@ -1,8 +1,14 @@
-"""The interface every study implements, and the registry of studies.
+"""The interface every study implements; a study is one package that registers itself.
 
+    @register_study
     class MyStudy(Study):
-        name = "mine"
-        def run(self, config) -> StudyResult: ...        # load, extract, analyse
+        name = "mine"                                   # layerscope run mine
+        title = "Mine";  question = "What does it ask?"
+        Settings = MySettings                            # its own config section (settings.Settings subclass)
+        compat_notes = (("notebook method", "layerscope default"),)   # what --compat seed changes
+
+        def check_inputs(self, config): ...              # read its input files, before any model loads
+        def run(self, config) -> StudyResult: ...        # load (models.runner.each_model), analyse
         def figures(self, result) -> dict[str, Figure]: ...   # from result alone
         def report(self, result) -> str: ...              # markdown, from result alone
         def headline(self, result) -> list[str]: ...      # one line per verdict
@@ -16,13 +22,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from matplotlib.figure import Figure
+from ..models.zoo import DEFAULT_MODEL
+from .settings import Settings
 
-from ..models import DEFAULT_MODEL
-from .config import StudyConfig
-from .result import StudyResult
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from .config import StudyConfig
+    from .result import StudyResult
 
 
 class Study(ABC):
@@ -30,6 +39,17 @@ class Study(ABC):
     title: ClassVar[str]
     question: ClassVar[str]
     default_models: ClassVar[tuple[str, ...]] = (DEFAULT_MODEL,)
+    Settings: ClassVar[type[Settings]] = Settings
+    """Its own section of the config: a frozen dataclass whose fields' help texts are the CLI options' help."""
+    order: ClassVar[float] = 100
+    """Where a suite runs and reports it (built-in studies: 10 to 50; then by name)."""
+    compat_notes: ClassVar[tuple[tuple[str, str], ...]] = ()
+    """(the notebooks' method, the layerscope default) for each thing ``--compat seed`` changes."""
+    verdict_metrics: ClassVar[tuple[str, ...]] = ()
+    """The table metrics its verdicts are computed from: a NaN or inf there is an error, not a verdict."""
+
+    def check_inputs(self, config: StudyConfig) -> None:  # noqa: B027 - a study without input files checks nothing
+        """Read every input file the study will need, so a bad one fails before any model loads."""
 
     @abstractmethod
     def run(self, config: StudyConfig) -> StudyResult: ...
@@ -48,5 +68,15 @@ class Study(ABC):
     def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
         """One model's headline numbers by name (a sweep plots each against training step)."""
 
-    def finish(self, folder: Path, result: StudyResult) -> None:
+    def main_view(self, config: StudyConfig) -> dict[str, Any]:
+        """The table column values of the main view (e.g. ``{"pooling": "mean"}``): a sweep's layer figures plot
+        the rows that have them (or leave the column empty)."""
+        return {"subset": "all"}
+
+    def sweep_summary(self, config: StudyConfig, numbers: list[dict[str, float]]) -> dict[str, Any] | None:
+        """What a sweep says across its tasks, from each finished task's :meth:`numbers`, as entries of
+        sweep.json; its ``sections`` (``[[heading, text], ...]``) close the sweep's report. None: nothing."""
+        return None
+
+    def finish(self, folder: Path, result: StudyResult) -> None:  # noqa: B027 - most studies add no files
         """Add files to a written run folder (after result.json); nothing by default."""

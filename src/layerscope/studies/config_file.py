@@ -8,7 +8,7 @@ A file holds :class:`StudyConfig` fields at the top level, shared by every study
 plus what to run::
 
     study: phases                  # one study; or
-    studies: [divergence, phases]  # several (leave both out: all five)
+    studies: [divergence, phases]  # several (leave both out: every registered study)
     seed: 7
     phases:                        # settings for one study only
       n_bootstrap: 2000
@@ -36,14 +36,32 @@ from typing import Any
 
 import yaml
 
-from ..data.pairs import file_problem
+from ..data.files import file_problem
 from ..errors import short
-from .config import PATH_FIELDS, ConfigError, StudyConfig, absolute_model, absolute_path
+from .config import COMMON, ConfigError, StudyConfig, absolute_model, absolute_path
+from .registry import studies
+from .settings import is_file_setting
 
-SUITE = ("divergence", "scaling", "phases", "anisotropy", "ablation")
-"""Every study, in the order a suite runs and reports them."""
 
-FIELDS = {f.name: f for f in dataclasses.fields(StudyConfig) if f.name != "study"}
+def __getattr__(name: str) -> Any:
+    if name == "SUITE":  # every registered study, in the order a suite runs and reports them
+        return tuple(studies())
+    if name == "FIELDS":
+        return fields()
+    raise AttributeError(name)
+
+
+def fields() -> dict[str, tuple[dataclasses.Field, type]]:
+    """Every setting by name: its field and the class that declares it (``StudyConfig`` for the shared ones)."""
+    found = {name: (f, StudyConfig) for name, f in COMMON.items()}
+    for study in studies().values():
+        for f in dataclasses.fields(study.Settings):
+            found.setdefault(f.name, (f, study.Settings))
+    return found
+
+
+def _is_file(key: str, value: Any) -> bool:
+    return any(is_file_setting(s.Settings, key, value) for s in studies().values())
 MAX_ALIAS_REPEATS = 1000
 """Values that YAML aliases (``*name``) may repeat in one file; an alias bomb repeats billions."""
 RESOLVED_HEADER = ("# layerscope run config, every setting resolved. Reproduce this run with\n"
@@ -72,11 +90,12 @@ def resolve_configs(data: dict[str, Any] | None, overrides: dict[str, Any], base
     naming it; from a file only when it differs from the default. If it names a missing file, that is an error.
     """
     data = dict(data or {})
+    suite = tuple(studies())
     if "study" in data and "studies" in data:
         raise ConfigError(f"{source}: give either 'study' or 'studies', not both")
     names, per_study = _studies(data, source)
-    shared = {k: v for k, v in data.items() if k not in ("study", "studies", *SUITE)}
-    for name in SUITE:
+    shared = {k: v for k, v in data.items() if k not in ("study", "studies", *suite)}
+    for name in suite:
         if name in data:
             if name not in names:
                 raise ConfigError(f"{source}: settings for '{name}', which this config does not run; "
@@ -85,35 +104,48 @@ def resolve_configs(data: dict[str, Any] | None, overrides: dict[str, Any], base
     resolved = "studies" in data and isinstance(data["studies"], dict)  # the form a run folder's config.yaml has
     shared, command_line = _checked(shared, source, base), _checked(overrides, "the command line", Path.cwd())
     sections = {name: _checked(per_study.get(name, {}), source, base, name) for name in names}
-    unused = [*_unused(shared, names, source), *_unused(command_line, names, "the command line")]
+    not_read = _unused(command_line, names, "the command line")
+    if not_read and len(names) == 1:  # an option the chosen study does not read is a mistake, not a detail
+        fix = f" (see `layerscope run {names[0]} --help` for its options)"
+        raise ConfigError(not_read[0].replace("; ignored", f"; leave it out{fix}"))
+    unused = not_read + _unused(shared, names, source)  # a suite: each study reads what it can
     for name, section in sections.items():
         unused += _unused(section, names if resolved else [name], source, name)
     for message in unused:
         (warn or print_warning)(message)
-    return {name: StudyConfig(study=name, **{**shared, **sections[name], **command_line}) for name in names}
+    return {name: StudyConfig(study=name, **_read_by(name, {**shared, **sections[name], **command_line}))
+            for name in names}
+
+
+def _read_by(name: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings study ``name`` reads (shared ones and its own)."""
+    own = {f.name for f in dataclasses.fields(studies()[name].Settings)}
+    return {k: v for k, v in settings.items() if k in COMMON or k in own}
 
 
 def used_by(key: str) -> tuple[str, ...] | None:
     """The studies that read setting ``key`` (``None``: every study)."""
-    return FIELDS[key].metadata.get("studies")
+    if key in COMMON:
+        return None
+    return tuple(name for name, s in studies().items() if key in {f.name for f in dataclasses.fields(s.Settings)})
 
 
 def _unused(settings: dict[str, Any], names: list[str], source: str, section: str | None = None) -> list[str]:
     """A warning for each setting that none of ``names`` reads; :class:`ConfigError` if it names a missing file."""
     messages = []
+    defaults = fields()
     for key, value in settings.items():
         readers = used_by(key)
         if readers is None or any(n in readers for n in names):
             continue
         if source == "the command line":
             label = f"--{key.replace('_', '-')}"
-        elif value == FIELDS[key].default:
+        elif value == defaults[key][0].default:
             continue  # a resolved config spells out every setting; only a changed one is worth a warning
         else:
             label = f"{source}: setting '{f'{section}.{key}' if section else key}'"
         runs = " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
-        is_path = key in PATH_FIELDS or (key == "configs" and value != "standard")
-        problem = file_problem(Path(value)) if is_path and value is not None else None
+        problem = file_problem(Path(value)) if _is_file(key, value) else None
         if problem:
             raise ConfigError(f"{label} names {value}, which {problem.split(';')[0]}; it is not used by {runs} "
                               "anyway, so leave it out or fix the path")
@@ -230,19 +262,20 @@ def _studies(data: dict[str, Any], source: str) -> tuple[list[str], dict[str, di
         if not isinstance(data["study"], str):
             raise ConfigError(f"{source}: 'study' must be one study name, e.g. phases")
     else:
-        listed = data.get("studies", list(SUITE))
+        listed = data.get("studies", list(studies()))
     per_study: dict[str, dict] = {}
     if isinstance(listed, dict):
         per_study = {name: _mapping(v or {}, name, source) for name, v in listed.items()}
         listed = list(listed)
     if not isinstance(listed, list) or not listed or not all(isinstance(n, str) for n in listed):
         raise ConfigError(f"{source}: 'studies' must be a non-empty list of study names, e.g. [divergence, phases]")
-    unknown = [n for n in listed if n not in SUITE]
+    suite = tuple(studies())
+    unknown = [n for n in listed if n not in suite]
     if unknown:
-        raise ConfigError(f"{source}: unknown study {short(unknown[0])}; choose from {', '.join(SUITE)}")
+        raise ConfigError(f"{source}: unknown study {short(unknown[0])}; choose from {', '.join(suite)}")
     if len(set(listed)) != len(listed):
         raise ConfigError(f"{source}: a study is listed twice in {short(listed)}")
-    return [n for n in SUITE if n in listed], per_study
+    return [n for n in suite if n in listed], per_study
 
 
 def _mapping(value: Any, name: str, source: str) -> dict[str, Any]:
@@ -255,13 +288,14 @@ def _checked(settings: dict[str, Any], source: str, base: Path | None, section: 
              ) -> dict[str, Any]:
     """Each key a StudyConfig field, each value of that field's type (converted where obvious)."""
     out = {}
+    known = fields()
     for key, value in settings.items():
         where = f"{section}.{key}" if section else key
-        if key not in FIELDS:
-            hint = f"; known settings: {', '.join(FIELDS)}" if section or key not in SUITE else ""
+        if key not in known:
+            hint = f"; known settings: {', '.join(known)}" if section or key not in studies() else ""
             raise ConfigError(f"{source}: unknown setting {short(str(where))}{hint}")
-        value = _typed(key, value, where, source)
-        if (key in PATH_FIELDS or (key == "configs" and value != "standard")) and value is not None and base:
+        value = _typed(key, value, where, source, known[key][1])
+        if _is_file(key, value) and base:
             value = absolute_path(value, base)
         if key == "models" and base:  # a local model relative to the file, else to the working folder
             value = tuple(absolute_model(m, base) for m in value)
@@ -269,8 +303,8 @@ def _checked(settings: dict[str, Any], source: str, base: Path | None, section: 
     return out
 
 
-def _typed(key: str, value: Any, where: str, source: str) -> Any:
-    hint = typing.get_type_hints(StudyConfig)[key]
+def _typed(key: str, value: Any, where: str, source: str, owner: type) -> Any:
+    hint = typing.get_type_hints(owner)[key]
     optional = type(None) in typing.get_args(hint) and isinstance(hint, types.UnionType)
     if value is None:
         if optional:

@@ -34,15 +34,14 @@ class NonFiniteError(LayerscopeError):
 
 
 def verdict_metrics(study: str) -> tuple[str, ...]:
-    """The table metrics whose values ``study``'s verdicts and headlines are computed from."""
-    from .ablation.analysis import VERDICT_METRICS as ablation
-    from .anisotropy.analysis import VERDICT_METRICS as anisotropy
-    from .divergence.analysis import VERDICT_METRICS as divergence
-    from .phases.analysis import VERDICT_METRICS as phases
-    from .scaling.analysis import VERDICT_METRICS as scaling
+    """The table metrics whose values ``study``'s verdicts and headlines are computed from
+    (``Study.verdict_metrics``)."""
+    from .registry import study_class
 
-    return {"divergence": divergence, "scaling": scaling, "phases": phases, "anisotropy": anisotropy,
-            "ablation": ablation}.get(study, ())
+    try:
+        return study_class(study).verdict_metrics
+    except LayerscopeError:  # an unknown study: nothing to check
+        return ()
 
 
 def check_result(result: StudyResult) -> StudyResult:

@@ -12,19 +12,18 @@ statements, ``run.pref`` is (n_pairs,) NLL(B) - NLL(A) (> 0: the model prefers A
 from __future__ import annotations
 
 import dataclasses
-import gc
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from ..data import PairDataset
 from ..engine import Activations, extract
-from ..models import ModelInfo, load_model
+from ..models import ModelInfo
 from .config import ConfigError, StudyConfig, select_layers
 from .manifest import add_timings, dataset_entry, manifest, model_entry
+from .runner import each_model
 
 
 @dataclass
@@ -168,22 +167,19 @@ def select_pairs(pairs: PairDataset, index: np.ndarray) -> PairDataset:
     for i in index:
         c = cats[i]
         chosen[c].append(pairs.categories[c].pairs[i - starts[c]])
-    categories = tuple(dataclasses.replace(c, pairs=tuple(kept)) for c, kept in zip(pairs.categories, chosen) if kept)
+    categories = tuple(dataclasses.replace(c, pairs=tuple(kept))
+                       for c, kept in zip(pairs.categories, chosen, strict=False) if kept)
     return PairDataset(categories=categories, source=pairs.source)
 
 
 def pair_runs(config: StudyConfig, pairs: PairDataset, timings: dict[str, float]) -> Iterator[PairRun]:
     """Yield one :class:`PairRun` per model; each model is freed before the next loads."""
-    for spec in config.models:
-        start = time.perf_counter()
-        lm = load_model(spec, dtype=config.dtype, device=config.device, device_map=config.device_map)
-        layers = select_layers(config.layer_spec, lm.info.n_layers, lm.info.name)  # fail before extracting
-        loaded = time.perf_counter()
-        acts = extract(lm, pairs.texts(), compat=config.compat, batch_size=config.batch_size,
+    for run in each_model(config, timings):
+        layers = select_layers(config.layer_spec, run.info.n_layers, run.info.name)  # fail before extracting
+        acts = extract(run.lm, pairs.texts(), compat=config.compat, batch_size=config.batch_size,
                        max_length=config.max_length, cache=config.cache)
-        add_timings(timings, load_s=loaded - start, extract_s=time.perf_counter() - loaded)
-        del lm
-        free_memory()
+        run.mark("extract_s")
+        run.release()
         yield PairRun(acts=acts, pairs=pairs, layers=layers)
 
 
@@ -204,8 +200,3 @@ def analyse_pairs(config: StudyConfig, pairs: PairDataset, analyse: Callable[[Pa
     models = [model_entry(acts.model, acts) for acts in done]
     return summaries, rows, manifest(config, models, dataset_entry(pairs), timings)
 
-
-def free_memory() -> None:
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()

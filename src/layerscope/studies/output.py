@@ -25,19 +25,21 @@ from pathlib import Path
 from typing import Any
 
 from ..io import staged_dir
-from ..report.html import write_index
 from .config_file import dump_configs
-from .registry import get_study
+from .pages import write_index
+from .registry import get_study, study_class
 from .result import StudyResult
-
-INPUT_FIELDS = ("dataset", "reference", "prompts", "texts", "configs")
-"""The config fields that name input files (``configs`` unless it is 'standard')."""
+from .settings import file_fields, is_file_setting
 
 
 def input_paths(config: Mapping[str, Any]) -> list[str]:
-    """The local inputs of a study config (a ``StudyConfig.to_dict()`` or a result's config): its input
-    files and the models that are existing local folders or files."""
-    named = [config.get(key) for key in INPUT_FIELDS if key != "configs" or config.get(key) != "standard"]
+    """The local inputs of a study config (a ``StudyConfig.to_dict()`` or a result's config): the files its
+    study's settings name (``setting(..., file=True)``) and the models that are existing local folders or files."""
+    named = []
+    if "study" in config:
+        settings = study_class(config["study"]).Settings
+        named = [config.get(f.name) for f in file_fields(settings) if is_file_setting(settings, f.name,
+                                                                                       config.get(f.name))]
     named += [m for m in config.get("models") or () if isinstance(m, str) and os.path.exists(m)]
     return [str(p) for p in named if isinstance(p, (str, os.PathLike)) and p]
 

@@ -23,6 +23,7 @@ from scipy import stats
 from ..report.markdown import number, signed
 from ..stats import bh_qvalues, cooks_distance, dependent_r_test, leave_one_out_r, pearson
 
+
 def cook_cutoff(n: int) -> float:
     """Cook's distance above which a point is influential: the median of F(2, n - 2), Cook's own reference
     (about 0.69 for n = 6 to 0.71 for n = 40). The looser 4/n rule flags a point in most clean samples."""
@@ -73,11 +74,12 @@ def influence(x, y, names: list[str]) -> dict:
     r = pearson(x, y)[0]
     loo = leave_one_out_r(x, y)
     cooks = np.fmax(cooks_distance(x, y), cooks_distance(y, x))
-    flagged = [name for name, d, rl in zip(names, cooks, loo)
+    flagged = [name for name, d, rl in zip(names, cooks, loo, strict=False)
                if (np.isfinite(d) and d > cook_cutoff(n)) or (np.isfinite(rl) and np.isfinite(r) and rl * r < 0)]
     finite = loo[np.isfinite(loo)]
-    return {"r": _defined(r), "loo_r": {name: _defined(v) for name, v in zip(names, loo)},
-            "cooks": {name: _defined(d) for name, d in zip(names, cooks)}, "cutoff": _defined(cook_cutoff(n)),
+    return {"r": _defined(r), "loo_r": {name: _defined(v) for name, v in zip(names, loo, strict=False)},
+            "cooks": {name: _defined(d) for name, d in zip(names, cooks, strict=False)},
+            "cutoff": _defined(cook_cutoff(n)),
             "flagged": flagged,
             "range": [float(finite.min()), float(finite.max())] if finite.size else [None, None]}
 
@@ -99,7 +101,7 @@ def sign_flips(layers: list[int], x, y, level: float = 0.95) -> tuple[list[dict]
             t, p = dependent_r_test(rs[j], rs[i], pearson(x[:, i], x[:, j])[0], len(y))
             flips.append({"layer_before": layers[i], "layer_after": layers[j], "r_before": float(rs[i]),
                           "r_after": float(rs[j]), "t": _defined(t), "p": _defined(p)})
-    for flip, q in zip(flips, bh_qvalues([f["p"] if f["p"] is not None else np.nan for f in flips])):
+    for flip, q in zip(flips, bh_qvalues([f["p"] if f["p"] is not None else np.nan for f in flips]), strict=False):
         flip["q"] = _defined(q)
     significant = [f for f in flips if f["q"] is not None and f["q"] < 1 - level]
     return significant, [f for f in flips if f not in significant]

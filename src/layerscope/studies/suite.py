@@ -1,6 +1,6 @@
 """Run several studies into one run folder, resumably, and write its HTML report.
 
-    configs = resolve_configs(None, {})                 # all five, on their default models
+    configs = resolve_configs(None, {})                 # every study, on its default models
     run_suite(configs, Path("runs/20261122-153000"))    # runs/.../<study>/..., config.yaml, index.html
 
 The suite is built in a hidden ``.<name>.partial`` folder beside the target and renamed
@@ -18,16 +18,11 @@ import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from ..data.languages import load_languages
-from ..data.prompts import load_prompts
-from ..data.reference import load_phase_reference
 from ..io import atomic_file, check_out_dir, clear_stale, replace_dir, write_marker
-from ..report.html import write_index
-from .ablation.configs import read_configs
 from .config import StudyConfig
 from .config_file import dump_configs
-from .controls import study_pairs
 from .output import input_paths
+from .pages import write_index
 from .registry import get_study, run_study
 
 log = logging.getLogger(__name__)
@@ -43,16 +38,7 @@ def with_default_models(configs: dict[str, StudyConfig]) -> dict[str, StudyConfi
 
 def check_inputs(config: StudyConfig) -> None:
     """Read every input file a study will need, so a bad one fails before any model runs."""
-    if config.study in ("divergence", "scaling", "phases"):
-        study_pairs(config.dataset, config.drop_category)  # too few categories, or a bad --drop-category
-    if config.study == "phases":
-        load_phase_reference(config.reference)
-    if config.study == "anisotropy":
-        load_prompts(config.prompts)
-    if config.study == "ablation":
-        load_languages(config.texts)
-        if config.configs != "standard":
-            read_configs(config.configs)  # the layer range is checked once the model is loaded
+    get_study(config.study).check_inputs(config)
 
 
 def partial_dir(out: Path) -> Path:

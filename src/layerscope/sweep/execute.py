@@ -45,7 +45,7 @@ def run_task(config: StudyConfig, folder: Path, cwd: str | None = None) -> dict:
         outcome["headline"] = get_study(config.study).headline(result)
     except LayerscopeError as exc:
         outcome.update(status="failed", error=str(exc))
-    except Exception as exc:  # noqa: BLE001: a sweep reports any task's failure and goes on
+    except Exception as exc:  # noqa: BLE001 - a sweep reports any task's failure and goes on
         outcome.update(status="failed", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
     outcome["seconds"] = round(time.perf_counter() - start, 3)
     return outcome

@@ -144,7 +144,7 @@ def dynamics_figure(rows: list[dict], title: str) -> Figure | None:
         ax = axes.flat[k]
         for m, model in enumerate(models):
             points = sorted((r["step"], r["numbers"].get(name, float("nan"))) for r in stepped if r["model"] == model)
-            x, y = zip(*points)
+            x, y = zip(*points, strict=False)
             ax.plot(x, [np.nan if v is None else v for v in y], marker=MARKERS[m % len(MARKERS)],
                     color=COLORS[m % len(COLORS)], label=model)
         if positive and max(positive) > 100 * min(positive):  # steps over decades, often with step 0

@@ -57,9 +57,9 @@ def task_rows(tasks: list[Task], outcomes: dict[str, dict]) -> list[dict]:
 
 def profile_rows(table: pd.DataFrame, config: StudyConfig) -> pd.DataFrame:
     """One value per (model, revision, step, metric, layer): the layer-wise rows of the study's main view
-    (``config.pooling``, all pairs, the headline token set, the primary quantization, not the final layer after
-    the final norm), averaged over any remaining breakdown such as languages and texts; with ``ci_lo``,
-    ``ci_hi`` where the table has them and one row gave the value."""
+    (``Study.main_view``: e.g. the pooling, all pairs, the headline token set, the primary quantization; not the
+    final layer after the final norm), averaged over any remaining breakdown such as languages and texts; with
+    ``ci_lo``, ``ci_hi`` where the table has them and one row gave the value."""
     keys = ["model", "revision", "step", "metric", "layer"]
     if table.empty or "layer" not in table:  # no task finished: no rows, but the columns every caller reads
         return pd.DataFrame(columns=[*keys, "value", "depth"])
@@ -67,8 +67,7 @@ def profile_rows(table: pd.DataFrame, config: StudyConfig) -> pd.DataFrame:
     for column in SIDE_COLUMNS:
         if column in table:
             keep &= table[column].isna()
-    main = {"pooling": config.pooling, "subset": "all", "tokens": "excl_pos0" if config.exclude_bos else "all",
-            "scheme": config.quant_scheme, "targets": config.quant_targets}
+    main = get_study(config.study).main_view(config)
     for column, value in main.items():
         if column in table:
             keep &= table[column].isna() | (table[column] == value)

@@ -16,19 +16,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..models.spec import split_revision
 from ..studies.config import ConfigError, StudyConfig
 
 EXECUTORS = ("serial", "ray")
 
 _STEP = re.compile(r"(?:^|[^a-z])step[-_]?(\d+)", re.IGNORECASE)
-
-
-def split_revision(spec: str) -> tuple[str, str | None]:
-    """``NAME@REVISION`` -> (NAME, REVISION); a spec without ``@``, or a local path that exists, has none."""
-    if "@" in spec and not Path(spec).exists():
-        name, revision = spec.rsplit("@", 1)
-        return name, revision or None
-    return spec, None
 
 
 def training_step(revision: str | None) -> int | None:

@@ -6,21 +6,17 @@
 
 from __future__ import annotations
 
-import html
-from datetime import datetime, timezone
 from pathlib import Path
 
-import markdown
-
-from ..io import atomic_file
-from ..report.html import STYLE, embed_figure
+from ..report.html import embed_figure, markdown_html, page, write_page
 from ..report.markdown import md_table, number
 from .figures import readable
 
 
 def sweep_report(summary: dict) -> str:
     """``sweep_report(summary)``: the markdown of a sweep (``summary`` as ``sweep.json`` holds it): its tasks,
-    failures, headline numbers with a readable name for each column key, verdicts and the peak's stability."""
+    failures, headline numbers with a readable name for each column key, verdicts and what the study says across the
+    tasks."""
     tasks = summary["tasks"]
     done = [t for t in tasks if t.get("numbers") is not None]
     failed = [t for t in tasks if t["status"] == "failed"]
@@ -47,8 +43,8 @@ def sweep_report(summary: dict) -> str:
                               *(number(t["numbers"].get(n)) for n in names)] for t in done]))
         out += ["", "Columns: " + "; ".join(f"`{n}`: {readable(n)}" for n in names) + "."]
         out += ["", "## Verdicts", ""] + [f"- {line}" for t in done for line in t["headline"]]
-    if summary.get("peak_stability"):
-        out += ["", "## Does the peak move with size?", "", f"**{summary['peak_stability']['answer']}**"]
+    for heading, text in summary.get("sections") or []:  # what the study says across the tasks
+        out += ["", f"## {heading}", "", f"**{text}**"]
     return "\n".join(out) + "\n"
 
 
@@ -56,14 +52,5 @@ def write_sweep_index(folder: Path, summary: dict) -> Path:
     """``folder/index.html``: the report with every figure of the sweep folder embedded, written atomically."""
     figures = "".join(embed_figure(png) for png in sorted(folder.glob("*.png")))
     figures = f"<h2>Figures</h2>{figures}" if figures else ""  # none when no task finished
-    body = markdown.markdown(sweep_report(summary), extensions=["tables"], output_format="html")
-    title = f"layerscope sweep {html.escape(folder.resolve().name)}"
-    made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>'
-            f'<body><p class="muted">Rendered {made} by layerscope from the files in this folder.</p>{body}'
-            f'{figures}</body></html>\n')
-    path = folder / "index.html"
-    with atomic_file(path, "w") as f:
-        f.write(page)
-    return path
+    body = markdown_html(sweep_report(summary)) + figures
+    return write_page(folder / "index.html", page(f"layerscope sweep {folder.resolve().name}", body, heading=False))

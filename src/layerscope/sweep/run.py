@@ -26,10 +26,10 @@ from tqdm.auto import tqdm
 from ..errors import FORCE, OUT, OutputError
 from ..io import atomic_file, atomic_write_json, check_out_dir, may_replace, read_marker, remove_dir, write_marker
 from ..provenance import library_versions
+from ..studies import get_study
 from ..studies.config import StudyConfig
 from ..studies.output import input_paths
 from ..studies.result import jsonable
-from ..studies.scaling.analysis import peak_stability
 from ..studies.suite import check_inputs
 from .config_file import dump_plan
 from .execute import execute
@@ -138,16 +138,8 @@ def gather(plan: SweepPlan, out: Path, outcomes: dict[str, dict], seconds: float
                "n_failed": sum(r["status"] == "failed" for r in rows),
                "manifest": {"versions": library_versions(), "seed": plan.config.seed,
                             "timings": {"sweep_s": round(seconds, 3)}}}
-    if plan.config.study == "scaling":
-        peaks = [r["numbers"]["peak_depth_pct"] for r in rows if r.get("numbers")]
-        summary["peak_stability"] = peak_stability(peaks) if peaks else None
-        if peaks and plan.config.compat != "seed" and summary["peak_stability"]["std_peak_pct"] is not None:
-            stability = summary["peak_stability"]  # no label: a sweep's numbers carry no peak significance
-            stability["peaks_stable"] = None
-            stability["answer"] = (f"Descriptive only: the {len(peaks)} peak depths have mean "
-                                   f"{stability['mean_peak_pct']:.0f}% and standard deviation "
-                                   f"{stability['std_peak_pct']:.1f} points; whether a peak is significant, and the "
-                                   "STABLE/SHIFTS verdict, are in each task's scaling report.")
+    across = get_study(plan.config.study).sweep_summary(plan.config, [r["numbers"] for r in rows if r.get("numbers")])
+    summary.update(across or {})
     atomic_write_json(out / "sweep.json", jsonable(summary))
     with atomic_file(out / "report.md", "w") as f:
         f.write(sweep_report(summary))

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..finite import check_rows
+from .summary import ConfigRow, Verdicts
 
 MIN_HR_DEGRADATION = 0.001
 H5_THRESHOLD = 30.0
@@ -64,7 +65,7 @@ def disparity(d_hr: float, d_lr: float) -> tuple[float | None, str | None]:
     return d_lr / d_hr, None
 
 
-def disparity_table(scored: pd.DataFrame, order: list[str], broken_above: float | None = None) -> list[dict]:
+def disparity_table(scored: pd.DataFrame, order: list[str], broken_above: float | None = None) -> list[ConfigRow]:
     """``disparity_table(scored, names)``: per configuration d_hr, d_lr, disparity ratio and reduction against
     all_quantized, as the notebook computes them. With ``broken_above`` (default mode: ``BROKEN_PPL_RATIO``) each
     row also has ``median_ppl_ratio`` and ``broken``; a broken row's ratio and reduction are None with the reason."""
@@ -81,7 +82,7 @@ def disparity_table(scored: pd.DataFrame, order: list[str], broken_above: float 
             extra = {"median_ppl_ratio": blowup, "broken": blowup is not None and blowup > broken_above}
             if extra["broken"]:
                 ratio, why = None, f"model broken (median perplexity x{blowup:.4g} of baseline > {broken_above:g}x)"
-        rows.append({
+        rows.append({  # n_quantized is the same on every text's row of the configuration
             "config": name, "n_quantized": int(group["n_quantized"].iloc[0]),
             "mean_ppl": float(group["ppl"].mean()), "mean_degradation": float(group["degradation"].mean()),
             "std_degradation": float(group["degradation"].std(ddof=1)) if len(group) > 1 else 0.0,
@@ -107,7 +108,8 @@ def reduction(all_quantized: float | None, ratio: float | None) -> tuple[float |
     return (all_quantized - ratio) / all_quantized * 100, None
 
 
-def verdicts(per_config: list[dict]) -> dict:
+def verdicts(per_config: list[ConfigRow]) -> Verdicts:
+    """The notebook's rule (seed compat), on the point estimates: H5 (reduction > 30%), the halves, synergy."""
     by = {r["config"]: r for r in per_config}
     ratio = {name: r["disparity_ratio"] for name, r in by.items()}
     out: dict = {}

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...data.pairs import parse_json, read_text, require_file
+from ...data.files import parse_json, read_text, require_file
 from ...errors import DatasetError, short
 
 

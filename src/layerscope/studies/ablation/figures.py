@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from ...report.plotting import MARKERS, figure
+from ...report.plotting import MARKERS, figure, figure_slug
 from ..result import StudyResult
+from .summary import AblationSummary, ConfigRow, SweepRow, VariantSummary
 
 LOG_ABOVE = 100.0
 """Degradations above this (perplexity > 100x baseline) are drawn on a symlog scale."""
@@ -19,18 +20,21 @@ ORDER = ["baseline", "gateway_protected", "first_protected", "last_protected", "
 def figures(result: StudyResult) -> dict[str, Figure]:
     out = {}
     table = result.table
-    several = len(result.summary["models"]) > 1
-    for model, s in result.summary["models"].items():
-        for i, (label, v) in enumerate(s["variants"].items()):
-            name = "ablation" + ("" if i == 0 else "_notebook_scheme") + (f"_{_slug(model)}" if several else "")
-            rows = table[(table["model"] == model) & (table["scheme"] == v["scheme"]) & (table["targets"] == v["targets"])]
+    summary: AblationSummary = result.summary
+    several = len(summary["models"]) > 1
+    for model, s in summary["models"].items():
+        for label, v in s["variants"].items():
+            scheme = "" if label == summary["primary"] else "_notebook_scheme"  # the other variant: the notebook's
+            name = "ablation" + scheme + (f"_{figure_slug(model)}" if several else "")
+            rows = table[(table["model"] == model) & (table["scheme"] == v["scheme"])
+                         & (table["targets"] == v["targets"])]
             out[name] = _panels(model, label, v, rows)
             if "sweep" in v:
                 out[name + "_sweep"] = _heatmap(model, label, v["sweep"], result.manifest["dataset"]["languages"])
     return out
 
 
-def _panels(model: str, label: str, v: dict, rows) -> Figure:
+def _panels(model: str, label: str, v: VariantSummary, rows) -> Figure:
     by = {c["config"]: c for c in v["per_config"]}
     order = [c for c in ORDER if c in by] + [c for c in by if c not in ORDER and not c.startswith("only_L")]
     colors = ["#2ecc71" if "protected" in c or c == "baseline" else "#e74c3c" for c in order]
@@ -70,7 +74,8 @@ def _panels(model: str, label: str, v: dict, rows) -> Figure:
     ax3.set_title("Per-language degradation by configuration")
     ax3.legend(title="Language", fontsize=8)
 
-    for k, (c, color) in enumerate(zip(order, colors)):  # a marker per configuration, and its name beside it
+    # a marker per configuration, and its name beside it
+    for k, (c, color) in enumerate(zip(order, colors, strict=False)):
         x, y = by[c]["d_hr"], by[c]["d_lr"]
         ax4.errorbar(x, y, xerr=_errors([x], [by[c].get("d_hr_ci")]), yerr=_errors([y], [by[c].get("d_lr_ci")]),
                      fmt=MARKERS[k % len(MARKERS)], markersize=9, color=color, ecolor=color, elinewidth=1,
@@ -96,7 +101,7 @@ def _panels(model: str, label: str, v: dict, rows) -> Figure:
     return fig
 
 
-def _heatmap(model: str, label: str, sweep: list[dict], resource: dict[str, str]) -> Figure:
+def _heatmap(model: str, label: str, sweep: list[SweepRow], resource: dict[str, str]) -> Figure:
     layers = sorted({r["layer"] for r in sweep})
     langs = list(dict.fromkeys(r["lang"] for r in sweep))
     grid = np.full((len(layers), len(langs)), np.nan)
@@ -115,7 +120,7 @@ def _heatmap(model: str, label: str, sweep: list[dict], resource: dict[str, str]
     return fig
 
 
-def _has_ci(by: dict[str, dict]) -> bool:
+def _has_ci(by: dict[str, ConfigRow]) -> bool:
     """Whether the rows carry bootstrap intervals (default mode; seed compat has none)."""
     return any(r.get("d_hr_ci") is not None for r in by.values())
 
@@ -125,10 +130,6 @@ def _errors(values: list[float], cis: list[list[float] | None]) -> np.ndarray | 
     None when no value has one."""
     if all(ci is None for ci in cis):
         return None
-    lo = [v - ci[0] if ci is not None and np.isfinite(v) else 0.0 for v, ci in zip(values, cis)]
-    hi = [ci[1] - v if ci is not None and np.isfinite(v) else 0.0 for v, ci in zip(values, cis)]
+    lo = [v - ci[0] if ci is not None and np.isfinite(v) else 0.0 for v, ci in zip(values, cis, strict=False)]
+    hi = [ci[1] - v if ci is not None and np.isfinite(v) else 0.0 for v, ci in zip(values, cis, strict=False)]
     return np.clip(np.array([lo, hi]), 0, None)
-
-
-def _slug(name: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in name).strip("-")

@@ -24,13 +24,14 @@ import pandas as pd
 from ...stats import percentile_ci, resample_indices
 from ..sensitivity import check_entry, robustness
 from .analysis import BROKEN_PPL_RATIO, H5_THRESHOLD, MIN_HR_DEGRADATION, disparity_table, verdicts
+from .summary import ConfigRow, H5Verdict, Halves, LanguageCheck, Synergy, Verdicts
 
 MIN_TEXTS = 2
 """Texts per language a bootstrap over texts needs (one text has no spread to resample)."""
 
 
 def variant_verdicts(scored: pd.DataFrame, names: list[str], compat: str | None, level: float, n_resamples: int,
-                     seed: int) -> tuple[list[dict], dict]:
+                     seed: int) -> tuple[list[ConfigRow], Verdicts]:
     """``per_config, verdicts = variant_verdicts(scored, names, config.compat, config.ci_level, config.n_bootstrap,
     config.seed)``: with ``compat == "seed"`` the notebook's table and rule (point estimates, no intervals);
     otherwise broken configurations marked and every label earned by its bootstrap interval."""
@@ -153,12 +154,13 @@ def fit(texts: TextMatrix, broken: np.ndarray, n_resamples: int, seed: int) -> F
     left_out, lolo = leave_one_out_weights(texts.langs)
     boot = bootstrap_weights(texts.langs, n_resamples, np.random.default_rng(seed))
     names, counts = np.unique(texts.langs, return_counts=True)
-    few = [f"language {lang} has {n} text" for lang, n in zip(names, counts) if n < MIN_TEXTS]
+    few = [f"language {lang} has {n} text" for lang, n in zip(names, counts, strict=False) if n < MIN_TEXTS]
     why = f"{few[0]}: a bootstrap over texts needs at least {MIN_TEXTS} per language" if few else None
     return Fits(texts.configs, stats(np.ones((1, len(texts.langs)))), stats(boot), stats(lolo), left_out, why)
 
 
-def earned_verdicts(per_config: list[dict], texts: TextMatrix, level: float, n_resamples: int, seed: int) -> dict:
+def earned_verdicts(per_config: list[ConfigRow], texts: TextMatrix, level: float, n_resamples: int, seed: int
+                    ) -> Verdicts:
     """H5, the halves and synergy with bootstrap intervals; adds ``d_hr_ci``, ``d_lr_ci`` and
     ``disparity_ci`` to each row of ``per_config`` (rows carry ``broken`` from ``disparity_table``)."""
     by = {r["config"]: r for r in per_config}
@@ -166,7 +168,7 @@ def earned_verdicts(per_config: list[dict], texts: TextMatrix, level: float, n_r
     for row in per_config:
         for key, name in (("d_hr", "d_hr_ci"), ("d_lr", "d_lr_ci"), ("ratio", "disparity_ci")):
             row[name] = fits.interval(fits.column("boot", key, row["config"]), level)[0]
-    out = {"h5": h5_verdict(by, fits, level)}
+    out: Verdicts = {"h5": h5_verdict(by, fits, level)}
     if "first_half_protected" in by and "second_half_protected" in by:
         out["halves"] = halves_verdict(by, fits, level)
     if all(n in by for n in ("first_protected", "last_protected", "all_quantized", "gateway_protected")):
@@ -174,7 +176,7 @@ def earned_verdicts(per_config: list[dict], texts: TextMatrix, level: float, n_r
     return out
 
 
-def h5_verdict(by: dict[str, dict], fits: Fits, level: float) -> dict:
+def h5_verdict(by: dict[str, ConfigRow], fits: Fits, level: float) -> H5Verdict:
     """SUPPORTED only when the bootstrap interval of the gateway reduction lies above 30%, NOT_SUPPORTED when
     below, else INCONCLUSIVE; NOT_APPLICABLE when low-resource languages do not degrade more with every layer
     quantized; UNDETERMINED for a broken model or an undefined ratio."""
@@ -189,7 +191,8 @@ def h5_verdict(by: dict[str, dict], fits: Fits, level: float) -> dict:
     if r_all is None:
         return undetermined(allq["disparity_note"])
     if r_all <= 1:
-        return {"result": "NOT_APPLICABLE", "all_quantized_ratio": r_all, "all_quantized_ratio_ci": allq["disparity_ci"],
+        return {"result": "NOT_APPLICABLE", "all_quantized_ratio": r_all,
+                "all_quantized_ratio_ci": allq["disparity_ci"],
                 "reason": (f"low-resource languages do not degrade more than high-resource ones with every layer "
                            f"quantized: D_LR / D_HR = {r_all:.2f} <= 1 (D_HR = {allq['d_hr']:.3g}, D_LR = "
                            f"{allq['d_lr']:.3g}), so there is no disparity for the gateway layers to reduce")}
@@ -204,7 +207,7 @@ def h5_verdict(by: dict[str, dict], fits: Fits, level: float) -> dict:
         return undetermined(f"the disparity ratio is undefined in {n_undefined} of {fits.boot['ratio'].shape[0]} "
                             f"resamples (high-resource degradation below {MIN_HR_DEGRADATION})")
     lolo = reductions(fits.column("lolo", "ratio", "all_quantized"), fits.column("lolo", "ratio", "gateway_protected"))
-    without = {lang: None if not math.isfinite(x) else float(x) for lang, x in zip(fits.left_out, lolo)}
+    without = {lang: None if not math.isfinite(x) else float(x) for lang, x in zip(fits.left_out, lolo, strict=False)}
     defined = [x for x in without.values() if x is not None]
     checks = language_checks(without, point)
     result = "SUPPORTED" if ci[0] > H5_THRESHOLD else "NOT_SUPPORTED" if ci[1] < H5_THRESHOLD else "INCONCLUSIVE"
@@ -215,7 +218,7 @@ def h5_verdict(by: dict[str, dict], fits: Fits, level: float) -> dict:
             "checks": checks, "robustness": robustness(checks), "short_robustness": short_robustness(checks)}
 
 
-def language_checks(without: dict[str, float | None], point: float) -> list[dict]:
+def language_checks(without: dict[str, float | None], point: float) -> list[LanguageCheck]:
     """One sensitivity check per left-out language: the reduction without it, which side of the 30% threshold
     that is, and whether it ``flips`` against the reduction with every language."""
     def where(x: float | None) -> str:
@@ -225,7 +228,7 @@ def language_checks(without: dict[str, float | None], point: float) -> list[dict
             for lang, x in without.items()]
 
 
-def short_robustness(checks: list[dict]) -> str:
+def short_robustness(checks: list[LanguageCheck]) -> str:
     """``"not robust: flips without sw"``, or ``"robust to leaving out any one of 8 languages"``."""
     flipped = [c["check"] for c in checks if c["flips"]]
     if flipped:
@@ -233,7 +236,7 @@ def short_robustness(checks: list[dict]) -> str:
     return f"robust to leaving out any one of {len(checks)} languages"
 
 
-def undetermined(reason: str) -> dict:
+def undetermined(reason: str) -> H5Verdict:
     return {"result": "UNDETERMINED", "reason": reason}
 
 
@@ -251,7 +254,7 @@ def more_critical(ci: list[float] | None) -> str | None:
     return {"below": "early", "above": "late"}.get(side(ci), side(ci))
 
 
-def halves_verdict(by: dict[str, dict], fits: Fits, level: float) -> dict:
+def halves_verdict(by: dict[str, ConfigRow], fits: Fits, level: float) -> Halves:
     """Which half matters more, for the disparity and for the degradation, from the bootstrap interval of the
     difference (first-half-protected - second-half-protected) on the same resamples."""
     first, second = by["first_half_protected"], by["second_half_protected"]
@@ -261,9 +264,11 @@ def halves_verdict(by: dict[str, dict], fits: Fits, level: float) -> dict:
            "first_half_protected_degradation": first["mean_degradation"],
            "second_half_protected_degradation": second["mean_degradation"],
            "degradation_diff": first["mean_degradation"] - second["mean_degradation"], "level": level}
-    undefined = "; ".join(f"{r['config']}: {r['disparity_note']}" for r in (first, second) if r["disparity_ratio"] is None)
+    undefined = "; ".join(f"{r['config']}: {r['disparity_note']}" for r in (first, second)
+                          if r["disparity_ratio"] is None)
     both_broken = first.get("broken") and second.get("broken")  # two broken models: nothing to compare
-    for what, key, why in (("disparity", "ratio", undefined), ("degradation", "mean", both_broken and "both halves broken")):
+    for what, key, why in (("disparity", "ratio", undefined),
+                           ("degradation", "mean", both_broken and "both halves broken")):
         diff = fits.column("boot", key, first["config"]) - fits.column("boot", key, second["config"])
         ci = None if why else fits.interval(diff, level)[0]
         out[f"{what}_diff_ci"], out[f"more_critical_for_{what}"] = ci, more_critical(ci)
@@ -272,7 +277,7 @@ def halves_verdict(by: dict[str, dict], fits: Fits, level: float) -> dict:
     return out
 
 
-def synergy_verdict(by: dict[str, dict], fits: Fits, level: float) -> dict:
+def synergy_verdict(by: dict[str, ConfigRow], fits: Fits, level: float) -> Synergy:
     """Gateway ratio against the additive expectation first + last - all, with the bootstrap interval of
     (gateway - expected): "synergistic" only when it lies below 0."""
     names = ("first_protected", "last_protected", "all_quantized", "gateway_protected")
@@ -281,12 +286,14 @@ def synergy_verdict(by: dict[str, dict], fits: Fits, level: float) -> dict:
         return {"synergistic": None, "label": "undetermined",
                 "reason": "; ".join(f"{r['config']}: {r['disparity_note']}" for r in undefined)}
     first, last, allq, gate = (by[n]["disparity_ratio"] for n in names)
-    b = [fits.column("boot", "ratio", n) for n in names]
-    ci = fits.interval(b[3] - (b[0] + b[1] - b[2]), level)[0]
+    boot = {n: fits.column("boot", "ratio", n) for n in names}  # (B,) ratios per resample, by configuration
+    expected = boot["first_protected"] + boot["last_protected"] - boot["all_quantized"]
+    ci = fits.interval(boot["gateway_protected"] - expected, level)[0]
     where = side(ci)
     reason = {} if ci is not None else {"reason": fits.no_interval or "the disparity ratio is undefined in too many "
                                                                       "resamples"}
-    return {**reason, "expected_additive": first + last - allq, "gateway": gate, "difference": gate - (first + last - allq),
+    return {**reason, "expected_additive": first + last - allq, "gateway": gate,
+            "difference": gate - (first + last - allq),
             "difference_ci": ci, "level": level, "synergistic": {"below": True, "above": False}.get(where),
             "label": {"below": "synergistic", "above": "no synergy (above the additive expectation)",
                       "not significant": "not significant"}.get(where, "undetermined")}

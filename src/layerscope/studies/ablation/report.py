@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from ...report.markdown import md_table, number
-from ..controls import warning_lines
+from ..caveats import warning_lines
 from ..result import StudyResult
 from .analysis import BROKEN_PPL_RATIO, H5_THRESHOLD
+from .summary import AblationSummary, ConfigRow, VariantSummary, Verdicts
 
 LARGE = 1e4
 """Numbers at least this large print in scientific notation (9.633e+05, not 963273.7000)."""
@@ -27,7 +28,8 @@ def _ratio(x) -> str:
 
 
 def report(result: StudyResult) -> str:
-    s = result.summary
+    """``text = report(result)``: the markdown report of an ablation result."""
+    s: AblationSummary = result.summary
     seed = result.config.get("compat") == "seed"
     out = ["# Ablation: which layers matter most when quantized, per language?", "",
            (f"Each configuration fake-quantizes a set of decoder layers to {s['bits']} bits (symmetric, round to "
@@ -87,7 +89,7 @@ def _blowup(ratio: float | None, seed: bool) -> list[str]:
     return [line, ""]
 
 
-def _per_language(table, model: str, v: dict, configs: list[str]) -> str:
+def _per_language(table, model: str, v: VariantSummary, configs: list[str]) -> str:
     rows = table[(table["model"] == model) & (table["metric"] == "degradation") & (table["scheme"] == v["scheme"])
                  & (table["targets"] == v["targets"]) & table["config"].isin(configs)]
     means = rows.groupby(["config", "lang"], sort=False)["value"].mean().unstack()
@@ -95,10 +97,10 @@ def _per_language(table, model: str, v: dict, configs: list[str]) -> str:
     return md_table(["config", *langs], [[c, *(readable(means.loc[c, lang], 3) for lang in langs)] for c in configs])
 
 
-def _config_table(rows: list[dict], seed: bool) -> list[str]:
+def _config_table(rows: list[ConfigRow], seed: bool) -> list[str]:
     """The per-configuration table: the notebook's columns in seed compat; with the perplexity blow-up,
     the disparity's bootstrap interval and "broken (ppl x...)" in place of a ratio otherwise."""
-    def broken(c) -> str:
+    def broken(c: ConfigRow) -> str:
         return f"broken (ppl x{c['median_ppl_ratio']:.4g})"
 
     if seed:
@@ -120,7 +122,7 @@ def _config_table(rows: list[dict], seed: bool) -> list[str]:
           number(c["delta_nll_hr"], 3), number(c["delta_nll_lr"], 3)] for c in rows])]
 
 
-def _seed_verdicts(verdict: dict) -> list[str]:
+def _seed_verdicts(verdict: Verdicts) -> list[str]:
     """The notebook's verdict lines, marked as its rule (point estimates, no intervals)."""
     h5, out = verdict["h5"], []
     out.append(f"**H5: {h5['result']}**" + (f" ({h5['reduction_pct']:.1f}% reduction with gateway layers "
@@ -138,12 +140,13 @@ def _seed_verdicts(verdict: dict) -> list[str]:
         syn = verdict["synergy"]
         out.append("- Synergy: " + (f"undetermined ({syn['reason']})" if syn["synergistic"] is None else
                                     f"expected (additive) {syn['expected_additive']:.3f}, gateway "
-                                    f"{syn['gateway']:.3f} -> " + ("synergistic" if syn["synergistic"] else "no synergy")
+                                    f"{syn['gateway']:.3f} -> "
+                                    + ("synergistic" if syn["synergistic"] else "no synergy")
                                     + " (the notebook's rule)"))
     return out
 
 
-def _verdicts(verdict: dict) -> list[str]:
+def _verdicts(verdict: Verdicts) -> list[str]:
     """H5 with its bootstrap interval and leave-one-language-out range; the halves and synergy labelled only
     where the interval of their difference excludes 0."""
     h5 = verdict["h5"]

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from ...data.languages import LanguageTexts
 from ...engine.scoring import score_texts
 from ...errors import ExtractionError
 from ...models import LoadedModel
+from ...progress import steps
 from ...quant import WeightSnapshot, quantize_layers, target_params
 from .configs import LayerConfig
 
@@ -52,7 +52,7 @@ def score_configs(lm: LoadedModel, languages: LanguageTexts, configs: dict[str, 
                                   "model gave finite numbers, so quantizing caused it: try more --bits)") from None
         return [{"config": name, "variant": variant.label if variant else "baseline", "lang": lang,
                  "resource": resource[lang], "sample": sample, "n_quantized": n_quantized, "nll": s / n,
-                 "n_scored": int(n)} for (lang, sample, _), s, n in zip(entries, nll_sum, n_scored)]
+                 "n_scored": int(n)} for (lang, sample, _), s, n in zip(entries, nll_sum, n_scored, strict=False)]
 
     baseline = score("baseline", None, 0)
     records = []
@@ -60,7 +60,7 @@ def score_configs(lm: LoadedModel, languages: LanguageTexts, configs: dict[str, 
             if c.name != "baseline" and (v.sweep or not c.name.startswith("only_L"))]
     dirty: list[str] = []
     try:
-        for variant, cfg in tqdm(jobs, desc=f"ablation {lm.info.name}", unit="config", leave=False, disable=None):
+        for variant, cfg in steps(jobs, f"ablation {lm.info.name}: quantized configurations", "config"):
             snapshot.restore(dirty)
             params = target_params(lm.model, cfg.quantize, variant.targets)
             quantize_layers(params, bits, variant.scheme)

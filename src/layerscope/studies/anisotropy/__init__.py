@@ -9,75 +9,102 @@ profile, token set and labels.
 ``anisotropy_results.zip`` (written by :meth:`Anisotropy.finish`) holds the data files only: result.json,
 table.csv and report.md (the figures are beside it, and index.html embeds them); with ``--compat seed`` also
 the figures, as the notebook's ZIP. It never holds index.html, config.yaml or itself.
+
+    result = Anisotropy().run(StudyConfig(study="anisotropy", exclude_bos=True))
+    s: AnisotropyModel = result.summary["models"]["smollm2-135m"]     # what each key holds: .summary
+    Anisotropy().headline(result)   # per model: L*, its driver, the sink onset, the bell verdict and the caveats
 """
 
 from __future__ import annotations
 
-import time
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from ...data.prompts import load_prompts
 from ...engine.tokens import token_states
-from ...models import load_model
 from ..base import Study
+from ..caveats import bell_warnings
 from ..config import StudyConfig
-from ..controls import bell_warnings
-from ..inputs import free_memory
-from ..manifest import add_timings, manifest, model_entry
+from ..manifest import manifest, model_entry
+from ..registry import register_study
 from ..result import StudyResult, make_table
-from .analysis import TOKEN_SETS, analyse_model
+from ..runner import each_model
+from ..settings import ConfigError, Settings, setting
+from .analysis import TOKEN_SETS, VERDICT_METRICS, analyse_states, headline_tokens
 from .figures import figures as draw_figures
 from .report import report as write_report
+from .summary import AnisotropyModel, AnisotropySummary, headline_set
 
 
+@dataclass(frozen=True)
+class AnisotropySettings(Settings):
+    prompts: str | None = setting("A text file, one prompt per line (blank lines and '# kind' lines skipped); "
+                                  "default: the bundled prompts.", file=True)
+    exclude_bos: bool = setting("Headline metrics without position 0 (the BOS token, or the first word of a model "
+                                "without BOS).", default=False)
+    reference_lstar: int | None = setting("A reference L* to compare with (match within 3 layers: excellent, "
+                                          "within 5: good).")
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.reference_lstar is not None and self.reference_lstar < 0:
+            raise ConfigError(f"--reference-lstar {self.reference_lstar} must be a layer number, 0 or more")
+
+
+@register_study
 class Anisotropy(Study):
     name = "anisotropy"
     title = "Anisotropy"
     question = ("Per layer, how anisotropic are token representations (covariance spectrum), where is the "
                 "peak L*, and is the profile a bell curve?")
+    Settings = AnisotropySettings
+    order = 40
+    compat_notes = (("every token state, position 0 included, headline only",
+                     "the same headline plus the profile without position 0 and with outlier dimensions removed"),)
+    verdict_metrics = VERDICT_METRICS
+
+    def check_inputs(self, config: StudyConfig) -> None:
+        load_prompts(config.prompts)
+
+    def main_view(self, config: StudyConfig) -> dict:
+        return {"subset": "all", "tokens": headline_tokens(config)}
 
     def run(self, config: StudyConfig) -> StudyResult:
         prompts = load_prompts(config.prompts)
-        seed = config.compat == "seed"
-        token_sets = (["all", "excl_pos0"] if config.exclude_bos else ["all"]) if seed else list(TOKEN_SETS)
-        primary = "excl_pos0" if config.exclude_bos else "all"
         timings: dict[str, float] = {}
         summaries, rows, models, warnings = {}, [], [], []
-        for spec in config.models:
-            start = time.perf_counter()
-            lm = load_model(spec, dtype=config.dtype, device=config.device, device_map=config.device_map)
-            loaded = time.perf_counter()
-            states = token_states(lm, prompts.texts, batch_size=config.batch_size, max_length=config.max_length)
-            extracted = time.perf_counter()
-            info, tokenizer = lm.info, lm.tokenizer
-            del lm
-            free_memory()
-            summary, model_rows = analyse_model(info.name, info.n_layers, states, token_sets, primary,
-                                                config.reference_lstar, config.compat, config.ci_level,
-                                                decode=lambda i, tok=tokenizer: tok.decode([i]))
+        for run in each_model(config, timings):
+            states = token_states(run.lm, prompts.texts, batch_size=config.batch_size, max_length=config.max_length)
+            run.mark("extract_s")
+            tokenizer = run.lm.tokenizer
+            info = run.release()
+            summary, model_rows = analyse_states(info.name, info.n_layers, states, config,
+                                                 decode=lambda i, tok=tokenizer: tok.decode([i]))
             summaries[info.name] = {"n_prompts": len(prompts.texts), **summary}
             warnings += bell_warnings(info.name, summary["l_star"], info.n_layers)
             rows += model_rows
             models.append(model_entry(info))
-            add_timings(timings, load_s=loaded - start, extract_s=extracted - loaded,
-                        analysis_s=time.perf_counter() - extracted)
+            run.mark("analysis_s")
         dataset = {"kind": "prompts", "source": prompts.source, "hash": prompts.hash, "n_prompts": len(prompts.texts)}
-        return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest(config, models, dataset, timings),
-                           summary={"models": summaries, "warnings": warnings}, table=make_table(rows))
+        study_summary: AnisotropySummary = {"models": summaries, "warnings": warnings}
+        record = manifest(config, models, dataset, timings)
+        return StudyResult(study=self.name, config=config.to_dict(), manifest=record, summary=study_summary,
+                           table=make_table(rows))
 
     figures = staticmethod(draw_figures)
     report = staticmethod(write_report)
 
     def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
         """L*, its depth (% of the layers) and the top-1 eigenvalue share there, for the headline tokens."""
-        s = result.summary["models"][model]
-        t = s["token_sets"][s["primary"]]
+        s: AnisotropyModel = result.summary["models"][model]
+        t = headline_set(s)
         table = result.table
         at = table[(table["model"] == model) & (table["metric"] == "top1_ratio") & (table["layer"] == t["l_star"])
                    & (table["tokens"] == s["primary"])]
         if "stage" in at:  # the profile's final layer is the pre-norm one; post-norm is a sensitivity row
             at = at[at["stage"].ne("post_norm").to_numpy(dtype=bool)]
+        # the filters leave the one row of the headline tokens' top1_ratio at L* (none: NaN)
         return {"l_star": t["l_star"], "l_star_depth_pct": 100 * t["l_star"] / s["n_layers"],
                 "top1_ratio_at_l_star": float(at["value"].iloc[0]) if len(at) else float("nan")}
 
@@ -85,8 +112,9 @@ class Anisotropy(Study):
         """One line per model: L* and (default mode) which final state it uses and what drives it, the bell verdict
         with the layers it rests on, the reference match, and the caveats (few layers, not robust)."""
         lines = []
-        for model, s in result.summary["models"].items():
-            t = s["token_sets"][s["primary"]]
+        summary: AnisotropySummary = result.summary
+        for model, s in summary["models"].items():
+            t = headline_set(s)
             reference = (f"; {t['reference']['verdict']} with reference L* {t['reference']['reference_l_star']}"
                          if t["reference"] else "")
             if "bell_verdict" not in s:  # seed compat (or a result written before the default rules)

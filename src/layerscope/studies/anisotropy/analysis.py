@@ -2,8 +2,9 @@
 states is; L* = the layer of maximum top1_ratio; the bell-curve test around it; and what the
 notebook never checks: outlier dimensions, the position-0 sink and massive-activation tokens.
 
+    summary, rows = analyse_states(name, n_layers, states, config)   # token sets and settings from the StudyConfig
     summary, rows = analyse_model(name, n_layers, states, ["all", "excl_pos0", "excl_massive"], "all",
-                                  reference=None, compat=None, level=0.95)
+                                  reference=None, compat=None, level=0.95)   # the same, settings by hand
     bell_verdict(values, star, level=0.95)   # significant rise, then significant fall, or says which fails
 
 Default mode: the profile's final layer (``n_layers``) is the last block's output before the model's final norm
@@ -14,6 +15,7 @@ rows of layer ``n_layers``). ``compat="seed"`` keeps the notebook's profile, rul
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import stats
@@ -23,8 +25,8 @@ from ...errors import LayerscopeError
 from ...report.markdown import number
 from ...spectrum import anisotropy_metrics
 from ...stats import bh_qvalues
+from ..caveats import MIN_N
 from ..config import ConfigError
-from ..controls import MIN_N
 from ..finite import check_rows, check_values, defined
 from ..result import layer_row
 from .drivers import (
@@ -38,6 +40,10 @@ from .drivers import (
     robust_text,
     sink_onset,
 )
+from .summary import AnisotropyAnalysis, Bell, ReferenceMatch, Sink, TokenSet
+
+if TYPE_CHECKING:
+    from ..config import StudyConfig
 
 METRICS = ("eigenvalue_variance", "top1_ratio", "effective_rank", "cos_to_mean", "var_top10", "var_top50")
 OUTLIER_METRICS = ("n_outlier_dims", "outlier_share_top1", "top1_ratio_without_outliers")
@@ -58,7 +64,7 @@ def l_star(top1: list[float]) -> int:
     return int(np.argmax(top1))
 
 
-def bell_test(values: list[float], star: int) -> dict:
+def bell_test(values: list[float], star: int) -> Bell:
     """The notebook's rule (seed compat): linear-regression slopes before L* (layers < L*) and from L* on; bell =
     rising then falling, whatever the slopes' size and p."""
     def trend(segment):
@@ -95,7 +101,7 @@ def _segment(values: list[float], layers: list[int]) -> dict:
     return out
 
 
-def bell_verdict(values: list[float], star: int, level: float = 0.95) -> dict:
+def bell_verdict(values: list[float], star: int, level: float = 0.95) -> Bell:
     """Default rule: a bell curve needs a rise before L* (layers < L*) and a fall from L* on, each a slope of the right
     sign with q < 1 - level (Benjamini-Hochberg over the two p) and each fitted to >= MIN_SEGMENT layers.
 
@@ -117,20 +123,21 @@ def bell_verdict(values: list[float], star: int, level: float = 0.95) -> dict:
                            "each side of L*"}
     qs = [defined(q) for q in bh_qvalues([np.nan if s["p"] is None else s["p"] for s in segments])]
     passed, described = [], []
-    for k, ((where, word, seg, sign), fit, q) in enumerate(zip(parts, segments, qs), start=1):
+    for k, ((_where, _word, seg, sign), fit, q) in enumerate(zip(parts, segments, qs, strict=False), start=1):
         out[f"phase{k}_q"] = q
         passed.append(fit["slope"] is not None and fit["slope"] * sign > 0 and q is not None and q < 1 - level)
         described.append(f"{span(seg)}: slope {slope_text(fit['slope'])} per layer, p = {number(fit['p'])}, "
                          f"q = {number(q)}")
     if all(passed):
-        verdict = f"bell curve: rises before L* ({described[0]}) and falls from L* on ({described[1]})"
+        rise, fall = described  # before L*, from L* on
+        verdict = f"bell curve: rises before L* ({rise}) and falls from L* on ({fall})"
     else:
         verdict = "not a bell curve: " + "; ".join(f"no significant {word} {where} ({text})" for (where, word, _, _),
-                                                   text, ok in zip(parts, described, passed) if not ok)
+                                                   text, ok in zip(parts, described, passed, strict=False) if not ok)
     return {**out, "assessable": True, "is_bell_curve": all(passed), "verdict": verdict}
 
 
-def reference_match(star: int, reference: int | None) -> dict | None:
+def reference_match(star: int, reference: int | None) -> ReferenceMatch | None:
     """The notebook's bands: within 3 layers excellent, within 5 good, else a discrepancy."""
     if reference is None:
         return None
@@ -145,7 +152,7 @@ def key_layers(star: int, n_layers: int) -> list[int]:
 
 
 def token_set_summary(per_layer: list[dict], n_layers: int, reference: int | None, level: float | None = None
-                      ) -> dict:
+                      ) -> TokenSet:
     """L*, bell test (the notebook's rule without ``level``, :func:`bell_verdict` with it), reference match, key,
     saturated and outlier layers of one token set's profile (``per_layer``: n_layers + 1 metric dicts)."""
     top1 = [m["top1_ratio"] for m in per_layer]
@@ -161,7 +168,7 @@ def token_set_summary(per_layer: list[dict], n_layers: int, reference: int | Non
     }
 
 
-def outlier_verdict(all_tokens: list[dict], summary: dict, without_pos0: list[dict] | None) -> str:
+def outlier_verdict(all_tokens: list[dict], summary: TokenSet, without_pos0: list[dict] | None) -> str:
     """Does a top1_ratio near 1 come from outlier dimensions (and from position 0)?"""
     layers = summary["saturated_layers"]
     if not layers:
@@ -209,9 +216,29 @@ def layer_rows(name: str, layer: int, n_layers: int, m: dict, **extra) -> list[d
                    for k, v in enumerate(normalised)]
 
 
+def headline_tokens(config: StudyConfig) -> str:
+    """The headline token set: "excl_pos0" with ``--exclude-bos``, else "all"."""
+    return "excl_pos0" if config.exclude_bos else "all"
+
+
+def profiled_tokens(config: StudyConfig) -> list[str]:
+    """The token sets to profile: every one of TOKEN_SETS; seed compat: "all", with --exclude-bos also "excl_pos0"."""
+    if config.compat == "seed":
+        return ["all", "excl_pos0"] if config.exclude_bos else ["all"]
+    return list(TOKEN_SETS)
+
+
+def analyse_states(name: str, n_layers: int, states: TokenStates, config: StudyConfig,
+                   decode: Callable[[int], str] | None = None) -> tuple[AnisotropyAnalysis, list[dict]]:
+    """``summary, rows = analyse_states(name, n_layers, states, config)``: :func:`analyse_model` with the token sets,
+    headline set, reference_lstar, compat and ci_level of ``config`` (what ``Anisotropy.run`` computes)."""
+    return analyse_model(name, n_layers, states, profiled_tokens(config), headline_tokens(config),
+                         config.reference_lstar, compat=config.compat, level=config.ci_level, decode=decode)
+
+
 def analyse_model(name: str, n_layers: int, states: TokenStates, token_sets: list[str], primary: str,
                   reference: int | None, compat: str | None = None, level: float = 0.95,
-                  decode: Callable[[int], str] | None = None) -> tuple[dict, list[dict]]:
+                  decode: Callable[[int], str] | None = None) -> tuple[AnisotropyAnalysis, list[dict]]:
     """One model's summary and table rows: the notebook's analysis with ``compat="seed"``, else
     :func:`corrected_analysis` (``decode`` turns a token id into its text for the massive-token list)."""
     if compat != "seed":
@@ -228,7 +255,7 @@ def analyse_model(name: str, n_layers: int, states: TokenStates, token_sets: lis
         check_rows("anisotropy", rows, VERDICT_METRICS)  # before L* and the verdicts
         sets[tokens] = token_set_summary(per_layer, n_layers, reference)
         sets[tokens]["n_tokens"] = len(view.position)
-    summary = {
+    summary: AnisotropyAnalysis = {
         "n_layers": n_layers,
         "hidden_dim": int(states.layers.shape[2]),
         "primary": primary,
@@ -254,7 +281,7 @@ def _stage(layer: int, n_layers: int) -> dict:
 
 def corrected_analysis(name: str, n_layers: int, states: TokenStates, token_sets: list[str], primary: str,
                        reference: int | None, level: float, decode: Callable[[int], str] | None = None
-                       ) -> tuple[dict, list[dict]]:
+                       ) -> tuple[AnisotropyAnalysis, list[dict]]:
     """The default analysis: every token set's profile with the final layer before the final norm (rows at layer
     ``n_layers`` carry ``stage`` "pre_norm", and the post-norm state "post_norm"), :func:`bell_verdict` at
     ``level``, the sink's norm ratio per layer, the massive-activation tokens, what drives L*, and whether L* and
@@ -287,17 +314,18 @@ def corrected_analysis(name: str, n_layers: int, states: TokenStates, token_sets
         sets[tokens] = {**token_set_summary(profile, n_layers, reference, level), "n_tokens": extra["n"]}
         sets[tokens]["driver"] = driver_at(states, n_layers, sets[tokens]["l_star"], keep,
                                            profile[sets[tokens]["l_star"]], flagged)
-        after = token_set_summary([*profile[:-1], post], n_layers, None, level)
+        pre_norm_final = profile[n_layers]  # the profile's final layer: the last block's output before the norm
+        after = token_set_summary([*profile[:n_layers], post], n_layers, None, level)
         sets[tokens]["post_norm"] = {"l_star": after["l_star"], "bell": after["bell"],
                                      "top1_ratio_final": post["top1_ratio"],
-                                     "top1_ratio_final_pre_norm": profile[-1]["top1_ratio"]}
+                                     "top1_ratio_final_pre_norm": pre_norm_final["top1_ratio"]}
     star = sets[primary]["l_star"]
     sink, sink_rows = sink_profile(name, n_layers, states, star)
     rows += sink_rows
     checks = lstar_checks(primary, sets)
     bell = sets[primary]["bell"]
     robust = robust_text(star, checks, bell_label(bell))
-    summary = {
+    summary: AnisotropyAnalysis = {
         "n_layers": n_layers,
         "hidden_dim": int(states.layers.shape[2]),
         "primary": primary,
@@ -319,7 +347,7 @@ def corrected_analysis(name: str, n_layers: int, states: TokenStates, token_sets
     return summary, rows
 
 
-def sink_profile(name: str, n_layers: int, states: TokenStates, star: int) -> tuple[dict, list[dict]]:
+def sink_profile(name: str, n_layers: int, states: TokenStates, star: int) -> tuple[Sink, list[dict]]:
     """The position-0 norm ratio (:func:`drivers.pos0_norm_ratio`) per layer of the profile (the pre-norm final
     state at ``n_layers``) and after the final norm: the summary (``rule``, ``onset_layer``, the ratios, the one at
     ``star``) and the ``pos0_norm_ratio`` rows."""
@@ -335,7 +363,7 @@ def sink_profile(name: str, n_layers: int, states: TokenStates, star: int) -> tu
             "pos0_norm_ratio_post_norm": post, "at_l_star": ratios[star]}, rows
 
 
-def caveats(bell: dict, robust: str) -> list[str]:
+def caveats(bell: Bell, robust: str) -> list[str]:
     """What a reader of the headline must know: bell segments with fewer than ``MIN_N`` layers, and a verdict that
     is not robust."""
     out = [f"the bell test fits {bell[f'phase{k}_n']} layers {where} (< {MIN_N})"

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -18,6 +19,7 @@ from ...engine.massive import MASSIVE_RATIO, massive_tokens
 from ...engine.tokens import TokenStates
 from ...spectrum import covariance_spectrum, metrics_from_spectrum
 from ..sensitivity import check_entry
+from .summary import Bell, Driver, LStarCheck, Massive, TokenSet
 
 SINK_RATIO = 5.0
 """Sink onset: the first layer where the position-0 token's norm exceeds SINK_RATIO x the median token norm of its
@@ -29,6 +31,18 @@ LISTED = 20
 CHECK_NAMES = {"all": "with all tokens", "excl_pos0": "without position 0",
                "excl_massive": "without massive-activation tokens"}
 POST_NORM = "after the final norm"
+
+
+class Exclusion(NamedTuple):
+    """One exclusion :func:`driver_at` tries at L*."""
+
+    key: str  # "sink", "massive", "outlier_dims", "sink_and_massive" (or "none": no exclusion drives L*)
+    label: str  # the driver's label, should it be the one
+    left_out: str  # what it leaves out, in words
+    top1_ratio: float | None  # top1_ratio at L* without it (None: fewer than 2 token states left)
+
+
+NO_DRIVER = Exclusion("none", "none of these", "", None)
 
 
 def massive_flags(states: TokenStates, n_layers: int) -> tuple[np.ndarray, list[int]]:
@@ -44,7 +58,7 @@ def massive_flags(states: TokenStates, n_layers: int) -> tuple[np.ndarray, list[
 
 
 def massive_summary(flags: np.ndarray, flag_layers: list[int], states: TokenStates,
-                    decode: Callable[[int], str] | None = None) -> dict:
+                    decode: Callable[[int], str] | None = None) -> Massive:
     """The flagged tokens: how many, how many at position 0, their positions and layers, and the first ``LISTED``
     mid-sentence ones (text, position, token id, token text when ``decode`` is given, layers)."""
     hit = np.flatnonzero(flags.any(axis=0))
@@ -82,7 +96,7 @@ def sink_onset(ratios: list[float | None]) -> int | None:
 
 
 def driver_at(states: TokenStates, n_layers: int, star: int, base: np.ndarray, at: dict, massive: np.ndarray
-              ) -> dict:
+              ) -> Driver:
     """What the top-1 share at L* rests on, within the tokens ``base`` (n_tokens,) bool: top1_ratio at layer ``star``
     (the pre-norm state when star == n_layers) as it is (``at``: that layer's metrics of ``base``), without
     position 0 (the sink), without the mid-sentence tokens among ``massive`` (n_tokens,) bool, and without the
@@ -90,8 +104,8 @@ def driver_at(states: TokenStates, n_layers: int, star: int, base: np.ndarray, a
     below ``DRIVER_SHARE`` of the value as it is (ties: the first of sink, massive tokens, outlier dimensions); else
     position 0 and the massive tokens together, if that is below it; else "none of these".
 
-    Returns ``{"layer", "top1_ratio", "rule", "driver" (sink / massive / outlier_dims / sink_and_massive / none),
-    "label", "without": [{"exclusion", "left_out", "top1_ratio", "share_left"}]}``.
+    Returns a :class:`~.summary.Driver`: ``"driver"`` is sink / massive / outlier_dims / sink_and_massive / none,
+    ``"without"`` each exclusion tried.
     """
     x = states.pre_norm if star == n_layers else states.layers[star]
     pos0, mid = states.position == 0, massive & (states.position > 0)
@@ -101,39 +115,40 @@ def driver_at(states: TokenStates, n_layers: int, star: int, base: np.ndarray, a
         return metrics_from_spectrum(covariance_spectrum(x[keep])[0])["top1_ratio"] if keep.sum() >= 2 else None
 
     value = at["top1_ratio"]
-    singles, both = [], None
+    singles: dict[str, Exclusion] = {}  # by key, in the order ties are broken: sink, massive, outlier_dims
+    both = None
     if (base & pos0).any():
-        singles.append(("sink", "sink (position 0)", "position 0", without(pos0)))
+        singles["sink"] = Exclusion("sink", "sink (position 0)", "position 0", without(pos0))
     if (base & mid).any():
         label = massive_label(states.position[base & mid].tolist())
-        singles.append(("massive", label, f"the {_count(int((base & mid).sum()), 'mid-sentence massive-activation token')}",
-                        without(mid)))
-        if singles[0][0] == "sink":
-            both = ("sink_and_massive", f"sink (position 0) and {label}", "position 0 and those tokens",
-                    without(pos0 | mid))
+        count = _count(int((base & mid).sum()), "mid-sentence massive-activation token")
+        singles["massive"] = Exclusion("massive", label, f"the {count}", without(mid))
+        if "sink" in singles:
+            both = Exclusion("sink_and_massive", f"sink (position 0) and {label}", "position 0 and those tokens",
+                             without(pos0 | mid))
     if at["n_outlier_dims"]:
         dims = at["outlier_dims"]
         shown = f"dim{'s' if len(dims) > 1 else ''} " + ", ".join(map(str, dims[:8])) + (", ..." * (len(dims) > 8))
-        singles.append(("outlier_dims", f"outlier dimensions ({shown})", f"the outlier dimensions ({shown})",
-                        at["top1_ratio_without_outliers"]))
-    drops = [c for c in singles if c[3] is not None and c[3] < DRIVER_SHARE * value]
-    if not drops and both is not None and both[3] is not None and both[3] < DRIVER_SHARE * value:
+        singles["outlier_dims"] = Exclusion("outlier_dims", f"outlier dimensions ({shown})",
+                                            f"the outlier dimensions ({shown})", at["top1_ratio_without_outliers"])
+    drops = [c for c in singles.values() if c.top1_ratio is not None and c.top1_ratio < DRIVER_SHARE * value]
+    if not drops and both is not None and both.top1_ratio is not None and both.top1_ratio < DRIVER_SHARE * value:
         drops = [both]
-    best = min(drops, key=lambda c: c[3]) if drops else ("none", "none of these")
-    return {"layer": star, "top1_ratio": value, "rule": DRIVER_SHARE, "driver": best[0], "label": best[1],
-            "without": [{"exclusion": key, "left_out": left_out, "top1_ratio": v,
-                         "share_left": None if v is None else v / value}
-                        for key, _, left_out, v in singles + ([both] if both else [])]}
+    best = min(drops, key=lambda c: c.top1_ratio) if drops else NO_DRIVER
+    tried = [*singles.values(), *([both] if both else [])]
+    return {"layer": star, "top1_ratio": value, "rule": DRIVER_SHARE, "driver": best.key, "label": best.label,
+            "without": [{"exclusion": c.key, "left_out": c.left_out, "top1_ratio": c.top1_ratio,
+                         "share_left": None if c.top1_ratio is None else c.top1_ratio / value} for c in tried]}
 
 
-def bell_label(bell: dict) -> str:
+def bell_label(bell: Bell) -> str:
     """``"bell curve"``, ``"not a bell curve"`` or ``"bell test not assessable"``: a bell verdict's label alone."""
     if not bell.get("assessable", True):
         return "bell test not assessable"
     return "bell curve" if bell["is_bell_curve"] else "not a bell curve"
 
 
-def lstar_checks(primary: str, sets: dict[str, dict]) -> list[dict]:
+def lstar_checks(primary: str, sets: dict[str, TokenSet]) -> list[LStarCheck]:
     """Sensitivity checks of the headline L* and bell label: each other token set, and the primary set's profile
     with the final layer after the final norm (``sets[primary]["post_norm"]``). ``check_entry`` dicts with
     ``value`` = L*, ``label`` = the bell label, and ``l_star_moves``, ``bell_flips``."""
@@ -148,7 +163,7 @@ def lstar_checks(primary: str, sets: dict[str, dict]) -> list[dict]:
     return checks
 
 
-def robust_text(star: int, checks: list[dict], bell: str) -> str:
+def robust_text(star: int, checks: list[LStarCheck], bell: str) -> str:
     """``"not robust: L* moves from 12 to 3 without position 0 / massive-activation tokens; the bell label becomes
     'bell curve' after the final norm"``, or ``"robust: L* = 12 and 'not a bell curve' hold with ..."``."""
     if not checks:

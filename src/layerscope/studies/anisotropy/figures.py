@@ -13,10 +13,11 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from ...report.plotting import after_norm_marker, figure, split_stage
+from ...report.plotting import after_norm_marker, figure, figure_slug, split_stage
 from ..result import StudyResult
 from .analysis import TOKEN_SETS
 from .drivers import bell_label
+from .summary import AnisotropyModel, AnisotropySummary, headline_set
 
 PANELS = [("top1_ratio", "λ1 / Σλ (top-1 share)", "Variance concentration in the first PC", "b", "o"),
           ("effective_rank", "Effective rank", "Effective rank (lower = more anisotropic)", "g", "s"),
@@ -29,14 +30,15 @@ def figures(result: StudyResult) -> dict[str, Figure]:
     several)."""
     out = {}
     table = result.table
-    for model, s in result.summary["models"].items():
-        suffix = "" if len(result.summary["models"]) == 1 else "_" + _slug(model)
+    summary: AnisotropySummary = result.summary
+    for model, s in summary["models"].items():
+        suffix = "" if len(summary["models"]) == 1 else "_" + figure_slug(model)
         rows = table[table["model"] == model]
         primary, star = s["primary"], s["l_star"]
         fig, axes = figure(2, 2, size=(14, 10))
-        for ax, (metric, ylabel, title, color, marker) in zip(axes.flat, PANELS):
+        for ax, (metric, ylabel, title, color, marker) in zip(axes.flat, PANELS, strict=False):
             others = [t for t in s["token_sets"] if t != primary]
-            for tokens, style in ((primary, "-"), *zip(others, ("--", ":"))):
+            for tokens, style in ((primary, "-"), *zip(others, ("--", ":"), strict=False)):
                 series, after = split_stage(rows[(rows["metric"] == metric) & (rows["tokens"] == tokens)])
                 series = series.sort_values("layer")
                 plot = ax.semilogy if metric == "eigenvalue_variance" else ax.plot
@@ -61,10 +63,10 @@ def figures(result: StudyResult) -> dict[str, Figure]:
 
         fig, axes = figure(1, 1, size=(12, 6))
         ax = axes[0, 0]
-        layers = s["token_sets"][primary]["key_layers"]
+        layers = headline_set(s)["key_layers"]
         colors = colormaps["viridis"](np.linspace(0, 1, len(layers)))
-        spectrum = split_stage(rows[(rows["metric"] == "eigenvalue_share") & (rows["tokens"] == primary)])[0]
-        for color, layer in zip(colors, layers):
+        spectrum, _post_norm = split_stage(rows[(rows["metric"] == "eigenvalue_share") & (rows["tokens"] == primary)])
+        for color, layer in zip(colors, layers, strict=False):
             series = spectrum[spectrum["layer"] == layer].sort_values("rank")
             ax.semilogy(series["rank"] - 1, series["value"], color=color, linewidth=2, label=f"Layer {layer}")
         ax.set_xlabel("Eigenvalue index")
@@ -76,18 +78,14 @@ def figures(result: StudyResult) -> dict[str, Figure]:
     return out
 
 
-def _title(model: str, s: dict) -> str:
+def _title(model: str, s: AnisotropyModel) -> str:
     """The notebook's title in seed compat; else the verdict as computed, L* and its driver."""
     if "bell_verdict" not in s:
         return f"{model}: anisotropy profile (bell curve predicted, max at L*)"
-    t = s["token_sets"][s["primary"]]
+    t = headline_set(s)
     driver = f", driver: {s['driver']['label'].split(' (')[0]}" if s["driver"] else ""
     return f"{model}: anisotropy profile, {bell_label(t['bell'])} (L* = {s['l_star']}{driver}; final layer pre-norm)"
 
 
 def _label(tokens: str) -> str:
     return TOKEN_SETS[tokens]
-
-
-def _slug(name: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in name).strip("-")

@@ -9,10 +9,11 @@ from __future__ import annotations
 import pandas as pd
 
 from ...report.markdown import md_table, method_line, number
-from ..controls import MIN_N, warning_lines
+from ..caveats import MIN_N, warning_lines
 from ..result import StudyResult
 from .analysis import METRICS, MIN_SEGMENT, TOKEN_SETS
 from .drivers import DRIVER_SHARE, bell_label
+from .summary import AnisotropyModel, AnisotropySummary, LStarCheck, TokenSet, headline_set
 
 STAGES = {"": "", "pre_norm": " (pre-norm)", "post_norm": " (post-norm)"}
 
@@ -25,7 +26,8 @@ def report(result: StudyResult) -> str:
            "the top-1 share λ1/Σλ, the effective rank exp(H), the mean cosine to the mean state, and the "
            "variance in the top 10 and 50 components. L* = argmax of λ1/Σλ.", "", method_line(result.config), "",
            *warning_lines(result.summary)]
-    for model, s in result.summary["models"].items():
+    summary: AnisotropySummary = result.summary
+    for model, s in summary["models"].items():
         out += [f"## {model} ({s['n_layers']} layers, d = {s['hidden_dim']})", ""]
         out += seed_sections(result, model, s) if "bell_verdict" not in s else default_sections(result, model, s)
         if s["outlier_verdict"]:
@@ -33,7 +35,7 @@ def report(result: StudyResult) -> str:
     return "\n".join(out)
 
 
-def seed_sections(result: StudyResult, model: str, s: dict) -> list[str]:
+def seed_sections(result: StudyResult, model: str, s: AnisotropyModel) -> list[str]:
     """The notebook's sections per token set: L*, its bell test and the metric table."""
     out = []
     for tokens, t in s["token_sets"].items():
@@ -52,10 +54,10 @@ def seed_sections(result: StudyResult, model: str, s: dict) -> list[str]:
     return out
 
 
-def default_sections(result: StudyResult, model: str, s: dict) -> list[str]:
+def default_sections(result: StudyResult, model: str, s: AnisotropyModel) -> list[str]:
     """Headline L*, its driver, the sink, the massive tokens, the bell verdict, the checks, then each token set."""
     n = s["n_layers"]
-    head = s["token_sets"][s["primary"]]
+    head = headline_set(s)
     out = [f"The final layer (layer {n}) is the last decoder block's output **before** the model's final norm; "
            f"transformers' last hidden state (after the norm) is kept as a sensitivity row (table rows at layer {n} "
            "carry `stage` = pre_norm / post_norm). The headline uses the pre-norm state.", "",
@@ -81,7 +83,8 @@ def default_sections(result: StudyResult, model: str, s: dict) -> list[str]:
         out += [f"### {TOKEN_SETS[tokens]}{primary}: {t['n_tokens']} token states", "",
                 f"L* = {t['l_star']}; {t['bell']['verdict']}.", "",
                 f"After the final norm (post-norm layer {n} in place of the pre-norm one): L* = {post['l_star']}, "
-                f"{bell_label(post['bell'])}; λ1/Σλ at layer {n} is {number(post['top1_ratio_final_pre_norm'])} before the norm "
+                f"{bell_label(post['bell'])}; λ1/Σλ at layer {n} is "
+                f"{number(post['top1_ratio_final_pre_norm'])} before the norm "
                 f"and {number(post['top1_ratio_final'])} after it.", "",
                 metric_table(result.table, model, tokens), ""]
     for tokens, why in s["skipped_token_sets"].items():
@@ -89,7 +92,7 @@ def default_sections(result: StudyResult, model: str, s: dict) -> list[str]:
     return out
 
 
-def driver_lines(s: dict) -> list[str]:
+def driver_lines(s: AnisotropyModel) -> list[str]:
     """What the report's own decomposition at L* says drives it, and each token set's L* with its driver."""
     d = s["driver"]
     rows = [[TOKEN_SETS[s["primary"]], number(d["top1_ratio"]), "100%"]]
@@ -105,7 +108,7 @@ def driver_lines(s: dict) -> list[str]:
                         for k, t in s["token_sets"].items()) + ".", ""]
 
 
-def sink_lines(s: dict) -> list[str]:
+def sink_lines(s: AnisotropyModel) -> list[str]:
     """The sink onset: the first layer where position 0's norm exceeds SINK_RATIO x its text's median token norm."""
     sink = s["sink"]
     rule = (f"the first layer where the position-0 token's norm exceeds {number(sink['rule'], 0)}x the median token "
@@ -115,7 +118,7 @@ def sink_lines(s: dict) -> list[str]:
     return [f"Sink onset: **{onset}** ({rule}){at}.", ""]
 
 
-def massive_lines(s: dict) -> list[str]:
+def massive_lines(s: AnisotropyModel) -> list[str]:
     """The massive-activation tokens: counts and the mid-sentence ones."""
     m = s["massive"]
     out = [f"Massive-activation tokens (largest |activation| > {number(m['ratio'], 0)}x the median |activation| of "
@@ -129,7 +132,7 @@ def massive_lines(s: dict) -> list[str]:
     return out
 
 
-def reference_lines(t: dict) -> list[str]:
+def reference_lines(t: TokenSet) -> list[str]:
     if not t["reference"]:
         return []
     ref = t["reference"]
@@ -152,6 +155,6 @@ def metric_table(table: pd.DataFrame, model: str, tokens: str) -> str:
                      for layer, stage in order])
 
 
-def _flip(check: dict) -> str:
+def _flip(check: LStarCheck) -> str:
     parts = (["L* moves"] if check["l_star_moves"] else []) + (["bell label flips"] if check["bell_flips"] else [])
     return ", ".join(parts) or "no"

@@ -1,51 +1,83 @@
 """Divergence study (seed 002): r(UA, output preference) per layer and pooling, and where it
-changes sign."""
+changes sign.
+
+    result = Divergence().run(StudyConfig(study="divergence", drop_category="numeric_vs_named"))
+    s: DivergenceModel = result.summary["models"]["smollm2-135m"]     # what each key holds: .summary
+    Divergence().headline(result)   # per model: the mean-pooling verdict, divergence points, robustness, caveat
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ...report.markdown import number, signed
 from ..base import Study
+from ..categories import study_pairs
+from ..caveats import category_warnings, small_n_caveat
 from ..config import StudyConfig
-from ..controls import category_warnings, small_n_caveat, study_pairs
 from ..inputs import analyse_pairs
+from ..registry import register_study
 from ..result import StudyResult, make_table
-from .analysis import analyse_model
+from ..settings import PAIR_NOTES, PairSettings, setting
+from .analysis import VERDICT_METRICS, analyse_model
 from .figures import figures as draw_figures
 from .report import report as write_report
+from .summary import DivergenceModel, DivergenceSummary, by_pooling, headline_entry
 
 
+@dataclass(frozen=True)
+class DivergenceSettings(PairSettings):
+    drop_category: str | None = setting("Also analyse the pairs without this category, beside the full results "
+                                        "(e.g. numeric_vs_named, which can flip a 6-point r).")
+
+
+@register_study
 class Divergence(Study):
     name = "divergence"
     title = "Divergence"
     question = ("Per layer and pooling, does the uniformity asymmetry of paired statements correlate with the "
                 "model's output preference, and where does r change sign?")
+    Settings = DivergenceSettings
+    order = 10
+    compat_notes = (*PAIR_NOTES, ("no interval for category-level r", "Fisher-z interval for category-level r"))
+    verdict_metrics = VERDICT_METRICS
+
+    def check_inputs(self, config: StudyConfig) -> None:
+        study_pairs(config.dataset, config.drop_category)  # too few categories, or a bad --drop-category
+
+    def main_view(self, config: StudyConfig) -> dict:
+        return {"subset": "all", "pooling": "mean"}
 
     def run(self, config: StudyConfig) -> StudyResult:
         pairs = study_pairs(config.dataset, config.drop_category)  # too few categories or a bad drop fail here
         warnings = category_warnings(self.name, pairs, config.drop_category)
         summaries, rows, manifest = analyse_pairs(config, pairs, lambda run: analyse_model(
-            run, run.layers, config.compat, config.ci_level, config.seed, config.n_permutations, config.drop_category))
-        return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest,
-                           summary={"models": summaries, "warnings": warnings}, table=make_table(rows))
+            run, run.layers, compat=config.compat, level=config.ci_level, seed=config.seed,
+            n_permutations=config.n_permutations, drop_category=config.drop_category))
+        summary: DivergenceSummary = {"models": summaries, "warnings": warnings}
+        return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest, summary=summary,
+                           table=make_table(rows))
 
     figures = staticmethod(draw_figures)
     report = staticmethod(write_report)
 
     def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
         """r(UA, preference) per pooling at the headline layer (the last tested one; seed compat: the final one)."""
-        return {f"final_r_{c['pooling']}": c["r"] for c in result.summary["models"][model]["pooling_comparison"]}
+        s: DivergenceModel = result.summary["models"][model]
+        return {f"final_r_{c['pooling']}": c["r"] for c in s["pooling_comparison"]}
 
     def headline(self, result: StudyResult) -> list[str]:
         """One line per model: the mean-pooling verdict at the last tested layer, the divergence points, the
         robustness to the sensitivity checks and the small-n caveat (seed compat: the notebook's line)."""
+        summary: DivergenceSummary = result.summary
         return [headline_line(model, s) if "checks" in s else seed_line(model, s)
-                for model, s in result.summary["models"].items()]
+                for model, s in summary["models"].items()]
 
 
-def headline_line(model: str, s: dict) -> str:
+def headline_line(model: str, s: DivergenceModel) -> str:
     """``smollm2-135m: last tested layer 30 (pre-norm): r(UA, pref) = +0.669, not significant (...); divergence
     points: none (2 sign flips within noise); not robust: flips without numeric_vs_named; n = 6 categories < 10``."""
-    head = s["pooling_comparison"][0]
+    head = headline_entry(s)
     stage = " (pre-norm)" if head.get("stage") == "pre_norm" else ""
     label = head["label"] + (f" (q = {number(head['q'])})" if head["significant"] else "")
     parts = [f"{model}: last tested layer {head['layer']}{stage}: r(UA, pref) = {signed(head['r'])}, {label}",
@@ -54,7 +86,7 @@ def headline_line(model: str, s: dict) -> str:
     return "; ".join(part for part in parts if part)
 
 
-def points_text(s: dict, pooling: str) -> str:
+def points_text(s: DivergenceModel, pooling: str) -> str:
     """``"L11-L12 (q = 0.01)"``, ``"none (2 sign flips within noise)"`` or ``"none (positive throughout)"``."""
     points, noise = s["divergence_points"][pooling], s["sign_flips_within_noise"][pooling]
     if points:
@@ -64,9 +96,9 @@ def points_text(s: dict, pooling: str) -> str:
     return f"none ({s['sign_throughout'][pooling]} throughout)"
 
 
-def seed_line(model: str, s: dict) -> str:
+def seed_line(model: str, s: DivergenceModel) -> str:
     """The notebook's verdict line, its label marked as the notebook's rule."""
-    final = s["pooling_comparison"][0]
+    final = by_pooling(s, "mean")
     points = s["divergence_points"]["mean"]
     where = (", ".join(f"L{p['layer_before']}-L{p['layer_after']}" for p in points) if points
              else f"none ({s['sign_throughout']['mean']} throughout)")

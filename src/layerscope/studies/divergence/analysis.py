@@ -1,10 +1,10 @@
 """Divergence (seed 002): per layer and pooling, does the uniformity asymmetry of a category's
 A vs B statements track the model's preference between them?
 
-    ua = category_ua(run.a("mean"), run.b("mean"), cats, n_cat)   # (n_cat, n_layers + 1)
+    ua = category_ua(run.a("mean"), run.b("mean"), cats, n_cat)   # (n_cat, n_layers + 1), from ..categories
     pref = category_pref(run.pref, cats, n_cat)                    # (n_cat,)
     r, p = pearson(ua[:, layer], pref)                             # metric r_ua_pref
-    summary, rows = analyse_model(run, run.layers, drop_category="numeric_vs_named")
+    summary, rows = analyse_model(run, run.layers, drop_category="numeric_vs_named")   # summary: DivergenceModel
 
 By default the analysis runs on ``run.at_stage("pre_norm")`` (layer n_layers is the last block's output before the
 final norm) and only on the tested layers; the headline is the last tested layer. Every r gets a permutation p, a
@@ -19,16 +19,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...geometry import uniformity
+from ...engine.pooling import POOLINGS
 from ...report.markdown import number, signed
 from ...stats import dependent_r_test, pearson, sign_changes
-from ..controls import add_q, in_subset, length_control, pearson_tests, spearman_tests, subset_name, with_stage
+from ..categories import category_pref, category_tests, category_ua
+from ..correlation import Significance, add_q, pearson_tests, spearman_tests
 from ..finite import check_rows, check_values, defined
 from ..inputs import PairRun
+from ..length import length_control
 from ..result import layer_row
 from ..sensitivity import influence, not_significant, sign_flips
+from ..subsets import in_subset, subset_name, with_stage
+from .summary import DivergenceModel, PoolingTest, PoolingVerdict, SignChange, headline_entry
 
-POOLINGS = ("mean", "last", "first")
 VERDICT_METRICS = ("pref", "ua")
 """Table metrics every r, and so every verdict, is computed from. An r itself may be undefined (NaN in the table,
 None in the summary, n/a in the report) where UA is the same in every category, e.g. at layer 0 with last-token
@@ -47,20 +50,7 @@ def interpret(r: float | None) -> str:
     return next((label for upper, label in LABELS if r < upper), "ALIGNED (strong positive)")
 
 
-def category_ua(a: np.ndarray, b: np.ndarray, cats: np.ndarray, n_cat: int) -> np.ndarray:
-    """UA per category and layer: uniformity of its A statements minus that of its B statements.
-
-    a, b: (n_pairs, n_layers + 1, d); cats: (n_pairs,) category index -> (n_cat, n_layers + 1).
-    """
-    return np.stack([uniformity(a[cats == c]) - uniformity(b[cats == c]) for c in range(n_cat)])
-
-
-def category_pref(pref: np.ndarray, cats: np.ndarray, n_cat: int) -> np.ndarray:
-    """Mean output preference NLL(B) - NLL(A) per category."""
-    return np.array([pref[cats == c].mean() for c in range(n_cat)])
-
-
-def sign_summary(layers: list[int], rs: list[float]) -> tuple[list[dict], str | None]:
+def sign_summary(layers: list[int], rs: list[float]) -> tuple[list[SignChange], str | None]:
     """Every sign change between consecutive tested layers, or which sign holds throughout; layers where r is
     undefined (NaN) are left out, so a change across one is between the defined layers either side."""
     kept = [i for i, r in enumerate(rs) if np.isfinite(r)]
@@ -89,33 +79,32 @@ def pooling_effect(r_mean: float | None, r_last: float | None) -> str:
     return "Pooling strategy has minimal effect on correlation."
 
 
-def pooling_test(ua_mean: np.ndarray, ua_last: np.ndarray, pref: np.ndarray, mean: dict, last: dict,
-                 level: float) -> dict:
-    """``pooling_test(ua_mean, ua_last, pref, comparison[0], comparison[1], 0.95)``: do r(UA_last, pref) and
-    r(UA_mean, pref) differ at the headline layer? Williams' t (the two r share pref; r_xz = r(UA_mean, UA_last)
-    over categories). ua_mean, ua_last, pref: (n_cat,); mean, last: their :func:`verdict` entries.
+def pooling_test(ua_mean: np.ndarray, ua_last: np.ndarray, pref: np.ndarray, mean: PoolingVerdict,
+                 last: PoolingVerdict, level: float) -> tuple[PoolingTest, str]:
+    """``test, text = pooling_test(ua_mean, ua_last, pref, verdicts["mean"], verdicts["last"], 0.95)``: do
+    r(UA_last, pref) and r(UA_mean, pref) differ at the headline layer? Williams' t (the two r share pref;
+    r_xz = r(UA_mean, UA_last) over categories). ua_mean, ua_last, pref: (n_cat,); mean, last: their
+    :func:`verdict` entries.
 
-    Returns ``{"layer", "r_mean", "r_last", "r_xz", "t", "p", "text"}``: MORE/LESS only when p < 1 - level."""
+    Returns the test and the sentence that says what it shows: MORE/LESS only when p < 1 - level."""
     r_xz = defined(pearson(ua_mean, ua_last)[0])
     t, p = dependent_r_test(last["r"], mean["r"], r_xz, len(pref)) if None not in (mean["r"], last["r"], r_xz) \
         else (np.nan, np.nan)
-    out = {"layer": mean["layer"], "r_mean": mean["r"], "r_last": last["r"], "r_xz": r_xz, "t": defined(t),
-           "p": defined(p)}
+    test: PoolingTest = {"layer": mean["layer"], "r_mean": mean["r"], "r_last": last["r"], "r_xz": r_xz,
+                         "t": defined(t), "p": defined(p)}
     where = f"at layer {mean['layer']}"
-    if out["p"] is None:
-        out["text"] = f"Undefined: r of mean or last pooling {where} is undefined, so the poolings cannot be compared."
-    elif out["p"] < 1 - level:
+    if test["p"] is None:
+        return test, f"Undefined: r of mean or last pooling {where} is undefined, so the poolings cannot be compared."
+    if test["p"] < 1 - level:
         more = "MORE" if last["r"] > mean["r"] else "LESS"
-        out["text"] = (f"Last-token embeddings correlate {more} with output than mean-pooled {where} "
-                       f"(r {signed(last['r'])} vs {signed(mean['r'])}, Williams t = {t:+.2f}, p = {number(p)}).")
-    else:
-        out["text"] = (f"No difference between poolings can be claimed {where} (r {signed(last['r'])} last vs "
-                       f"{signed(mean['r'])} mean, Williams p = {number(p)}). Mean: {interval_text(mean, level)}. "
-                       f"Last: {interval_text(last, level)}.")
-    return out
+        return test, (f"Last-token embeddings correlate {more} with output than mean-pooled {where} "
+                      f"(r {signed(last['r'])} vs {signed(mean['r'])}, Williams t = {t:+.2f}, p = {number(p)}).")
+    return test, (f"No difference between poolings can be claimed {where} (r {signed(last['r'])} last vs "
+                  f"{signed(mean['r'])} mean, Williams p = {number(p)}). Mean: {interval_text(mean, level)}. "
+                  f"Last: {interval_text(last, level)}.")
 
 
-def interval_text(entry: dict, level: float) -> str:
+def interval_text(entry: PoolingVerdict, level: float) -> str:
     """The headline interval of a :func:`verdict` entry: ``"95% CI [-0.170, +0.950]"``, or the leave-one-out range
     with the Fisher-z interval marked not valid when a category has leverage."""
     if entry.get("interval") == "leave-one-out range":
@@ -124,19 +113,19 @@ def interval_text(entry: dict, level: float) -> str:
     return f"{level:.0%} CI [{signed(entry.get('ci_lo'))}, {signed(entry.get('ci_hi'))}]"
 
 
-def fisher_z_note(entry: dict) -> str:
+def fisher_z_note(entry: PoolingVerdict) -> str:
     """``"not valid (leverage: numeric_vs_named)"`` for a :func:`verdict` entry whose categories have leverage."""
     return f"not valid (leverage: {', '.join(entry['leverage'])})"
 
 
-def tested_profile(ua: np.ndarray, pref: np.ndarray, level: float, seed: int, n_permutations: int) -> list[dict]:
+def tested_profile(ua: np.ndarray, pref: np.ndarray, sig: Significance) -> list[dict]:
     """Per column of ``ua`` (n_cat, k tested layers): r with ``pref`` (n_cat,) as ``value``, ``p``, ``p_perm``,
     the Fisher-z ``ci_lo``, ``ci_hi`` and ``q`` (Benjamini-Hochberg of p_perm over the k) with ``significant``."""
-    return add_q(pearson_tests(ua, pref, n_permutations, seed, level), "p_perm", level)
+    return add_q(pearson_tests(ua, pref, sig.n_permutations, sig.seed, sig.level), "p_perm", sig.level)
 
 
 def verdict(pooling: str, layer: int, test: dict, ua: np.ndarray, pref: np.ndarray, names: list[str], level: float,
-            stage: str | None = None, reason: str | None = None) -> dict:
+            stage: str | None = None, reason: str | None = None) -> PoolingVerdict:
     """The verdict at one tested layer: ``verdict("mean", 30, tests[-1], ua[:, -1], pref, names, 0.95)``.
 
     ``test``: a :func:`tested_profile` entry; ua, pref: (n_cat,). The entry holds r, p, p_perm, q, ``significant``,
@@ -155,7 +144,7 @@ def verdict(pooling: str, layer: int, test: dict, ua: np.ndarray, pref: np.ndarr
     return entry
 
 
-def earned_label(entry: dict, n: int, level: float) -> str:
+def earned_label(entry: PoolingVerdict, n: int, level: float) -> str:
     """The notebook's label when the r of ``entry`` is significant, else ``not significant (n, p_perm, q[, CI])``
     (the Fisher-z CI only where it is valid)."""
     if entry["r"] is None:
@@ -166,7 +155,7 @@ def earned_label(entry: dict, n: int, level: float) -> str:
     return not_significant(n, entry["p_perm"], entry["q"], ci, level)
 
 
-def verdict_key(entry: dict) -> tuple[bool, int]:
+def verdict_key(entry: PoolingVerdict) -> tuple[bool, int]:
     """What a check must keep for the headline to hold: significance, and the sign of a significant r."""
     if not entry["significant"]:
         return False, 0
@@ -174,54 +163,58 @@ def verdict_key(entry: dict) -> tuple[bool, int]:
 
 
 def analyse_model(run: PairRun, layers: list[int], compat: str | None = None, level: float = 0.95, seed: int = 42,
-                  n_permutations: int = 10_000, drop_category: str | None = None) -> tuple[dict, list[dict]]:
+                  n_permutations: int = 10_000, drop_category: str | None = None
+                  ) -> tuple[DivergenceModel, list[dict]]:
     """Summary and rows of one model: the analysis on all pairs (``subset`` "all") and, with
     ``drop_category``, again without that category (``subset`` "without NAME"); by default on the pre-norm
-    final layer, with the sensitivity checks (``summary["checks"]``, ``summary["robustness"]``)."""
+    final layer, with the sensitivity checks (``summary["checks"]``, ``summary["robustness"]``). ``compat``,
+    ``level``, ``seed`` and ``n_permutations``: how each r is tested (:class:`~..correlation.Significance`)."""
     from .checks import add_checks  # here: checks imports this module
 
-    if compat != "seed":
+    sig = Significance(compat, level, seed, n_permutations)
+    seed_mode = compat == "seed"
+    if not seed_mode:
         run = run.at_stage("pre_norm")
-    summary, rows, arrays = analyse_subset(run, layers, compat, level, seed, n_permutations)
+    summary, rows, arrays = analyse_subset(run, layers, sig)
     rows = in_subset(rows, subset_name(None))
-    if compat != "seed":
+    if not seed_mode:
         summary["length_control"] = length_control(run)
     without = None
     if drop_category is not None:
-        without, without_rows, _ = analyse_subset(run.without(drop_category), layers, compat, level, seed,
-                                                  n_permutations)
+        without, without_rows, _ = analyse_subset(run.without(drop_category), layers, sig)
         rows += in_subset(without_rows, subset_name(drop_category))
         summary["without_category"] = {
             "category": drop_category, "n_categories": without["n_categories"],
             "final_r": {c["pooling"]: c["r"] for c in without["pooling_comparison"]},
             "divergence_points": without["divergence_points"]["mean"],
             "sign_throughout": without["sign_throughout"]["mean"]}
-        if compat != "seed":
+        if not seed_mode:
             summary["without_category"].update(layer=without["headline_layer"],
-                                               label=without["pooling_comparison"][0]["label"],
+                                               label=headline_entry(without)["label"],
                                                sign_flips_within_noise=without["sign_flips_within_noise"]["mean"])
-    if compat != "seed":
-        rows += add_checks(summary, run, layers, arrays, level, seed, n_permutations, drop_category, without)
+    if not seed_mode:
+        rows += add_checks(summary, run, layers, arrays, sig, drop_category, without)
     return summary, rows
 
 
-def analyse_subset(run: PairRun, layers: list[int], compat: str | None, level: float, seed: int,
-                   n_permutations: int) -> tuple[dict, list[dict], tuple[dict[str, np.ndarray], np.ndarray]]:
+def analyse_subset(run: PairRun, layers: list[int], sig: Significance
+                   ) -> tuple[DivergenceModel, list[dict], tuple[dict[str, np.ndarray], np.ndarray]]:
     """Summary, rows and ``({pooling: UA (n_cat, len(layers))}, pref (n_cat,))`` of one model on the pairs of
     ``run``: per pooling the r profile, its sign changes and the verdict at the headline layer (the last tested one;
     seed compat: the final layer, tested or not), and by default the controls (rho, summed preference)."""
-    info, pairs = run.info, run.pairs
+    info, pairs, level = run.info, run.pairs, sig.level
     cats, n_cat, names = pairs.pair_categories(), len(pairs.categories), [c.name for c in pairs.categories]
     pref = category_pref(run.pref, cats, n_cat)
-    final, seed_mode = info.n_layers, compat == "seed"
+    final, seed_mode = info.n_layers, sig.compat == "seed"
     columns, head = (sorted({*layers, final}), final) if seed_mode else (list(layers), max(layers))
     rows = [{"model": info.name, "metric": "pref", "value": pref[c], "n": int((cats == c).sum()),
              "category": cat.name} for c, cat in enumerate(pairs.categories)]
-    profiles, comparison, points, throughout, noise, significant, uas = {}, [], {}, {}, {}, {}, {}
+    verdicts: dict[str, PoolingVerdict] = {}
+    profiles, points, throughout, noise, significant, uas = {}, {}, {}, {}, {}, {}
     for pooling in POOLINGS:
         ua = category_ua(run.a(pooling), run.b(pooling), cats, n_cat)
         uas[pooling] = ua[:, layers]
-        stats = dict(zip(columns, category_tests(ua[:, columns], pref, compat, level, seed, n_permutations)))
+        stats = dict(zip(columns, category_tests(ua[:, columns], pref, sig), strict=False))
         if not seed_mode:
             add_q([stats[layer] for layer in layers], "p_perm", level)
         for layer in layers:
@@ -236,54 +229,46 @@ def analyse_subset(run: PairRun, layers: list[int], compat: str | None, level: f
         profiles[pooling] = [stats[layer]["value"] for layer in layers]
         points[pooling], throughout[pooling] = sign_summary(layers, profiles[pooling])
         if seed_mode:
-            comparison.append({"pooling": pooling, "layer": final, "r": defined(stats[final]["value"]),
-                               "p": defined(stats[final]["p"]), "label": interpret(stats[final]["value"])})
+            verdicts[pooling] = {"pooling": pooling, "layer": final, "r": defined(stats[final]["value"]),
+                                 "p": defined(stats[final]["p"]), "label": interpret(stats[final]["value"])}
             continue
         points[pooling], noise[pooling] = sign_flips(layers, uas[pooling], pref, level)
         shared = pooling == "first" and np.array_equal(run.a("first"), run.b("first"))
-        comparison.append(verdict(pooling, head, stats[head], ua[:, head], pref, names, level,
-                                  run.stage if head == final else None, SHARED_FIRST if shared else None))
-        rows += control_rows(run, ua[:, layers], layers, pooling, level, seed, n_permutations)
+        verdicts[pooling] = verdict(pooling, head, stats[head], ua[:, head], pref, names, level,
+                                    run.stage if head == final else None, SHARED_FIRST if shared else None)
+        rows += control_rows(run, ua[:, layers], layers, pooling, sig)
         significant[pooling] = [layer for layer in layers if stats[layer]["significant"]]
-    summary = {
+    summary: DivergenceModel = {
         "n_layers": final,
         "layers": layers,
         "n_categories": n_cat,
         "categories": names,
-        "pooling_comparison": comparison,
+        "pooling_comparison": list(verdicts.values()),
         "divergence_points": points,
         "sign_throughout": throughout,
     }
+    mean, last = verdicts["mean"], verdicts["last"]
     if seed_mode:
-        summary["pooling_effect"] = pooling_effect(comparison[0]["r"], comparison[1]["r"])
+        summary["pooling_effect"] = pooling_effect(mean["r"], last["r"])
         return summary, rows, (uas, pref)
-    test = pooling_test(uas["mean"][:, -1], uas["last"][:, -1], pref, comparison[0], comparison[1], level)
-    summary.update(headline_layer=head, stage=run.stage, pooling_effect=test.pop("text"), pooling_test=test,
+    test, effect = pooling_test(uas["mean"][:, -1], uas["last"][:, -1], pref, mean, last, level)
+    summary.update(headline_layer=head, stage=run.stage, pooling_effect=effect, pooling_test=test,
                    sign_flips_within_noise=noise, significant_layers=significant,
-                   not_applicable={c["pooling"]: SHARED_FIRST_WHY for c in comparison if c["label"] == SHARED_FIRST})
+                   not_applicable={pooling: SHARED_FIRST_WHY for pooling, v in verdicts.items()
+                                   if v["label"] == SHARED_FIRST})
     return summary, with_stage(rows, final, run.stage), (uas, pref)
 
 
-def category_tests(ua: np.ndarray, pref: np.ndarray, compat: str | None, level: float, seed: int,
-                   n_permutations: int) -> list[dict]:
-    """Per column of ``ua`` (n_cat, k): r with ``pref`` (n_cat,) as ``value`` and its ``p``; by default also
-    ``p_perm`` and the Fisher-z ``ci_lo``, ``ci_hi`` (q is added per family, over the tested layers)."""
-    if compat == "seed":
-        return [dict(zip(("value", "p"), pearson(column, pref))) for column in ua.T]
-    return pearson_tests(ua, pref, n_permutations, seed, level)
-
-
-def control_rows(run: PairRun, ua: np.ndarray, layers: list[int], pooling: str, level: float, seed: int,
-                 n_permutations: int) -> list[dict]:
+def control_rows(run: PairRun, ua: np.ndarray, layers: list[int], pooling: str, sig: Significance) -> list[dict]:
     """Spearman rho of UA with the preference (``rho_ua_pref``) and r with the category mean of the summed
     preference (``r_ua_pref_sum``) at the tested layers; ua: (n_cat, len(layers))."""
     cats, n_cat = run.pairs.pair_categories(), len(run.pairs.categories)
-    rho = add_q(spearman_tests(ua, category_pref(run.pref, cats, n_cat)), "p", level)
+    rho = add_q(spearman_tests(ua, category_pref(run.pref, cats, n_cat)), "p", sig.level)
     pref_sum = category_pref(run.pref_sum, cats, n_cat)
-    summed = add_q(pearson_tests(ua, pref_sum, n_permutations, seed, level), "p_perm", level)
+    summed = add_q(pearson_tests(ua, pref_sum, sig.n_permutations, sig.seed, sig.level), "p_perm", sig.level)
     return [layer_row(run.info.name, layer, run.info.n_layers, metric, pooling=pooling, n=n_cat, **test)
             for metric, tests in (("rho_ua_pref", rho), ("r_ua_pref_sum", summed))
-            for layer, test in zip(layers, tests)]
+            for layer, test in zip(layers, tests, strict=False)]
 
 
 def layer_span(layers: list[int]) -> str:

@@ -22,6 +22,7 @@ from ...report.plotting import (
 )
 from ..inputs import PROFILE_SUBSETS as SUBSETS
 from ..result import StudyResult
+from .summary import DivergenceSummary
 
 
 def figures(result: StudyResult) -> dict[str, Figure]:
@@ -37,10 +38,11 @@ def _curves(ax, result: StudyResult) -> None:
     """Per model and pooling: r over the tested layers, its band, its divergence points (dotted) and the
     post-norm final value."""
     table = result.table[result.table["metric"] == "r_ua_pref"]
-    models = list(result.summary["models"])
+    summaries: DivergenceSummary = result.summary
+    models = list(summaries["models"])
     band_label, norm_label = interval_label(result.config), True
     for m, model in enumerate(models):
-        summary = result.summary["models"][model]
+        summary = summaries["models"][model]
         for pooling, color in POOLING_COLORS.items():
             rows = table[(table["model"] == model) & (table["pooling"] == pooling)].sort_values("layer")
             profile, after = split_stage(rows, SUBSETS)
@@ -64,11 +66,12 @@ def _curves(ax, result: StudyResult) -> None:
 def _bars(ax, result: StudyResult) -> None:
     """Per model: the final-layer r of each pooling as a bar, with its interval as a line where the summary
     has one."""
-    models = list(result.summary["models"])
+    summaries: DivergenceSummary = result.summary
+    models = list(summaries["models"])
     width = 0.8 / len(models)
     poolings, has_ci = list(POOLING_COLORS), False
     for m, model in enumerate(models):
-        comparison = {c["pooling"]: c for c in result.summary["models"][model]["pooling_comparison"]}
+        comparison = {c["pooling"]: c for c in summaries["models"][model]["pooling_comparison"]}
         values = [_value(comparison[p].get("r")) for p in poolings]
         x = np.arange(len(poolings)) + (m - (len(models) - 1) / 2) * width
         drawn = ax.bar(x, values, width=width, color=[POOLING_COLORS[p] for p in poolings], edgecolor="black",

@@ -10,25 +10,28 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ...engine.pooling import POOLINGS
 from ...report.markdown import md_table, method_line, number, signed
-from ..controls import legend_lines, length_paragraph, on_subset, warning_lines
+from ..caveats import legend_lines, warning_lines
+from ..length import length_paragraph
 from ..result import StudyResult
+from ..subsets import on_subset
 from .analysis import fisher_z_note, interval_text, layer_span
-
-POOLINGS = ("mean", "last", "first")
+from .summary import DivergenceModel, DivergenceSummary, PoolingVerdict, SignChange, headline_entry
 
 
 def report(result: StudyResult) -> str:
     """``report(result)``: the whole markdown report of a divergence result."""
     level = result.config.get("ci_level", 0.95)
+    summary: DivergenceSummary = result.summary
     out = ["# Divergence: where does r(UA, output preference) change sign?", "",
            "Per category, UA = uniformity (mean pairwise cosine) of the A statements minus that of the B "
            "statements; preference = mean NLL(B) - NLL(A) (> 0: the model prefers A). r is Pearson's "
            "correlation over categories, per layer and pooling.", "", method_line(result.config), "",
-           *warning_lines(result.summary), *legend_lines(result.config, "categories", "Fisher-z"),
+           *warning_lines(summary), *legend_lines(result.config, "categories", "Fisher-z"),
            *verdict_legend(result.config)]
     table = on_subset(result.table)
-    for model, s in result.summary["models"].items():
+    for model, s in summary["models"].items():
         rows = table[table["model"] == model]
         out += [f"## {model} ({s['n_layers']} layers, {s['n_categories']} categories)", ""]
         if "checks" in s:
@@ -77,9 +80,9 @@ def verdict_legend(config: dict) -> list[str]:
             "sensitivity checks. Only tested layers are reported.", ""]
 
 
-def verdict_section(s: dict, level: float) -> list[str]:
+def verdict_section(s: DivergenceModel, level: float) -> list[str]:
     """The headline verdict: mean pooling at the last tested layer, its interval, divergence points, robustness."""
-    head, final = s["pooling_comparison"][0], s["n_layers"]
+    head, final = headline_entry(s), s["n_layers"]
     stage = (f" Layer {final} is the last block's output before the model's final norm; after it, see the "
              "sensitivity checks." if head.get("stage") == "pre_norm" else "")
     points = s["divergence_points"]["mean"]
@@ -93,7 +96,7 @@ def verdict_section(s: dict, level: float) -> list[str]:
             + ".", "", f"Robustness: {s['robustness'] or 'no checks'}.", ""]
 
 
-def checks_section(s: dict, level: float) -> list[str]:
+def checks_section(s: DivergenceModel, level: float) -> list[str]:
     """The headline recomputed under each sensitivity check, then the length control."""
     rows = [[c["check"], signed(c["value"]), number(c["p_perm"]), number(c["q"]), interval_text(c, level),
              c["label"], "yes" if c["flips"] else "no"] for c in s["checks"]]
@@ -104,10 +107,10 @@ def checks_section(s: dict, level: float) -> list[str]:
             "### Length control", "", length_paragraph(s["length_control"], "r_ua_pref_sum"), ""]
 
 
-def comparison_table(comparison: list[dict], level: float) -> str:
+def comparison_table(comparison: list[PoolingVerdict], level: float) -> str:
     """Per pooling at the headline layer: r, its Fisher-z CI (or why it is not valid), the leave-one-out range,
     p, p_perm, q and the verdict."""
-    def fisher(c: dict) -> str:
+    def fisher(c: PoolingVerdict) -> str:
         if c["interval"] == "leave-one-out range":
             return fisher_z_note(c)
         return f"[{signed(c['fisher_z'][0])}, {signed(c['fisher_z'][1])}]"
@@ -119,12 +122,12 @@ def comparison_table(comparison: list[dict], level: float) -> str:
                      for c in comparison])
 
 
-def seed_table(comparison: list[dict]) -> str:
+def seed_table(comparison: list[PoolingVerdict]) -> str:
     return md_table(["pooling", "r(UA, output)", "p", "interpretation (the notebook's rule)"],
                     [[c["pooling"], signed(c["r"]), number(c["p"]), c["label"]] for c in comparison])
 
 
-def influence_section(rows: pd.DataFrame, s: dict) -> list[str]:
+def influence_section(rows: pd.DataFrame, s: DivergenceModel) -> list[str]:
     """Per category at the headline layer (mean pooling): preference, UA, r without it, Cook's distance."""
     spread, layer = s["influence"], s["headline_layer"]
     pref = rows[rows["metric"] == "pref"].set_index("category")["value"]
@@ -134,12 +137,12 @@ def influence_section(rows: pd.DataFrame, s: dict) -> list[str]:
               number(spread["cooks"][name]), "yes" if name in spread["flagged"] else ""] for name in s["categories"]]
     return [f"### Influence of each category at layer {layer} (mean pooling)", "",
             f"r = {signed(spread['r'])} on all categories; leave-one-out range [{signed(spread['range'][0])}, "
-            f"{signed(spread['range'][1])}]. Leverage: Cook's distance > {number(spread.get('cutoff'), 2)} (median of F(2, n - 2); the "
-            "larger of the two regressions) or a sign flip without it.", "",
+            f"{signed(spread['range'][1])}]. Leverage: Cook's distance > {number(spread.get('cutoff'), 2)} "
+            "(median of F(2, n - 2); the larger of the two regressions) or a sign flip without it.", "",
             md_table(["category", "pref", "UA", "r without it", "Cook's D", "leverage"], table), ""]
 
 
-def profile_table(rows: pd.DataFrame, s: dict) -> str:
+def profile_table(rows: pd.DataFrame, s: DivergenceModel) -> str:
     """r per tested layer and pooling; the final layer marked pre-norm where it is."""
     r = rows[rows["metric"] == "r_ua_pref"]
     wide = r.pivot_table(index="layer", columns="pooling", values="value", dropna=False)
@@ -149,7 +152,7 @@ def profile_table(rows: pd.DataFrame, s: dict) -> str:
                       *(signed(wide.loc[layer].get(p)) for p in POOLINGS)] for layer in wide.index])
 
 
-def tests_table(rows: pd.DataFrame, s: dict, level: float) -> list[str]:
+def tests_table(rows: pd.DataFrame, s: DivergenceModel, level: float) -> list[str]:
     """Per tested layer, mean pooling: r with its CI, p, p_perm and q, rho with its q, and r with the summed
     preference."""
     mean = rows[rows["pooling"] == "mean"]
@@ -163,7 +166,7 @@ def tests_table(rows: pd.DataFrame, s: dict, level: float) -> list[str]:
                        number(rho.at[layer, "q"]), signed(summed.at[layer, "value"])] for layer in s["layers"]])]
 
 
-def leave_one_out_section(table: pd.DataFrame, model: str, s: dict) -> list[str]:
+def leave_one_out_section(table: pd.DataFrame, model: str, s: DivergenceModel) -> list[str]:
     """r (mean pooling) at every tested layer on all categories and without each one (subset "without CAT")."""
     rows = table[(table["model"] == model) & (table["metric"] == "r_ua_pref") & (table["pooling"] == "mean")]
     columns = ["all", *(f"without {name}" for name in s["categories"])]
@@ -176,8 +179,8 @@ def leave_one_out_section(table: pd.DataFrame, model: str, s: dict) -> list[str]
             md_table(["layer", *columns], body), ""]
 
 
-def point_lines(pooling: str, points: list[dict], sign: str | None, noise: list[dict] | None = None,
-                not_applicable: dict | None = None) -> list[str]:
+def point_lines(pooling: str, points: list[SignChange], sign: str | None, noise: list[SignChange] | None = None,
+                not_applicable: dict[str, str] | None = None) -> list[str]:
     """The sign changes of one pooling; by default (``noise`` given) the divergence points (significant flips,
     with q), then the sign flips within noise, or why the pooling is not applicable."""
     if not_applicable and pooling in not_applicable:
@@ -197,7 +200,7 @@ def point_lines(pooling: str, points: list[dict], sign: str | None, noise: list[
     return [f"- **{pooling}**: {text}"]
 
 
-def without_section(s: dict) -> list[str]:
+def without_section(s: DivergenceModel) -> list[str]:
     """r at the headline layer per pooling and the mean-pooling sign changes, with and without the dropped
     category."""
     w = s["without_category"]

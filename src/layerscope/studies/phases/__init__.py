@@ -1,45 +1,104 @@
 """Phases study (seed 000): pair-level r(centroid asymmetry, preference) per layer with bootstrap CIs,
 early/mid/late phase means with bootstrap intervals over pairs, the pattern they support, the late-layer verdict,
-sensitivity checks and a cross-model comparison that says which rows were computed the same way."""
+sensitivity checks and a cross-model comparison that says which rows were computed the same way.
+
+    result = Phases().run(StudyConfig(study="phases", drop_category="numeric_vs_named"))
+    s: PhasesModel = result.summary["models"]["smollm2-135m"]     # what each key holds: .summary
+    Phases().headline(result)   # per model: the pattern with the phase intervals, the late-layer verdict, robustness
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from ...data import PairDataset
 from ...data.reference import THIS_RUN, load_phase_reference, mark_comparable
+from ...errors import short
 from ...report.markdown import signed
 from ..base import Study
+from ..categories import study_pairs
+from ..caveats import MIN_N, small_n_warning
 from ..config import StudyConfig
-from ..controls import MIN_N, small_n_warning, study_pairs
 from ..inputs import analyse_pairs, without_category
+from ..registry import register_study
 from ..result import StudyResult, make_table
-from .analysis import analyse_model
+from ..settings import (
+    PAIR_NOTES,
+    POOLING_HELP,
+    ConfigError,
+    PairSettings,
+    by_compat,
+    check_n_bootstrap,
+    check_pooling,
+    setting,
+)
+from .analysis import VERDICT_METRICS, analyse_run
 from .figures import figures as draw_figures
 from .report import report as write_report
+from .summary import ComparisonRow, PhaseMean, PhasesCheck, PhasesModel, PhasesSummary, PhaseValues
 
 PHASES = ("early", "mid", "late")
 NAMED = ("PYTHIA_PATTERN", "LATE_INVERSION", "DECOUPLED")
 """The default mode's pattern labels; any other verdict is printed as its text (the reason)."""
 
 
+@dataclass(frozen=True)
+class PhasesSettings(PairSettings):
+    pooling: str = setting(POOLING_HELP, default="mean")
+    n_bootstrap: int = setting("Bootstrap resamples for confidence intervals.", default=10_000)
+    reference: str | None = setting("CSV of reference phase means (model,early,mid,late); default: the published "
+                                    "figures the phases notebook quotes.", file=True)
+    centroids: str | None = setting("'loo' (each pair is compared with centroids of the other pairs) or 'self' (the "
+                                    "notebooks' centroids, which include the pair itself). The report shows both. "
+                                    "Default: loo (seed compat: self).")
+    drop_category: str | None = setting("Also analyse the pairs without this category, beside the full results "
+                                        "(e.g. numeric_vs_named, which can flip a 6-point r).")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_pooling(self.pooling)
+        check_n_bootstrap(self.n_bootstrap)
+        if self.centroids not in (None, "loo", "self"):
+            raise ConfigError(f"unknown centroids {short(self.centroids)}; use loo or self")
+
+    @by_compat
+    def centroid_mode(self, compat: str | None) -> str:
+        return self.centroids or ("self" if compat == "seed" else "loo")
+
+
+@register_study
 class Phases(Study):
     name = "phases"
     title = "Phases"
     question = ("Pair by pair, does centroid asymmetry track output preference, layer by layer, and does the "
                 "relation fall into early/mid/late phases with a late-layer inversion?")
+    Settings = PhasesSettings
+    order = 30
+    compat_notes = (*PAIR_NOTES,
+                    ("percentile bootstrap, fresh resamples per layer from np.random.seed",
+                     "BCa bootstrap (scipy.stats.bootstrap) seeded from a numpy Generator"),
+                    ("significant when the bootstrap interval excludes 0", "significant when q < 1 - CI level"),
+                    ("each pair's centroid includes the pair itself",
+                     "leave-one-out centroids (the report compares both)"))
+    verdict_metrics = VERDICT_METRICS
+
+    def check_inputs(self, config: StudyConfig) -> None:
+        study_pairs(config.dataset, config.drop_category)  # too few categories, or a bad --drop-category
+        load_phase_reference(config.reference)
+
+    def main_view(self, config: StudyConfig) -> dict:
+        return {"subset": "all", "pooling": config.pooling}
 
     def run(self, config: StudyConfig) -> StudyResult:
         reference = load_phase_reference(config.reference)  # a bad file fails before any model loads
         pairs = study_pairs(config.dataset, config.drop_category)  # too few categories fail here
         warnings = pair_warnings(pairs, config.drop_category)  # and so does a bad --drop-category
-        summaries, rows, manifest = analyse_pairs(config, pairs, lambda run: analyse_model(
-            run, run.layers, config.pooling, config.n_bootstrap, config.ci_level, config.seed, config.compat,
-            config.centroid_mode, config.n_permutations, config.drop_category))
-        return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest,
-                           summary={"models": summaries, "comparison": comparison(reference, summaries, pairs,
-                                                                                  config.compat),
-                                    "warnings": warnings},
+        summaries, rows, manifest = analyse_pairs(config, pairs, lambda run: analyse_run(run, config))
+        summary: PhasesSummary = {"models": summaries, "comparison": comparison(reference, summaries, pairs,
+                                                                                 config.compat),
+                                  "warnings": warnings}
+        return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest, summary=summary,
                            table=make_table(rows))
 
     figures = staticmethod(draw_figures)
@@ -47,17 +106,18 @@ class Phases(Study):
 
     def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
         """The early, mid and late phase means of r, and the last tested layer's r."""
-        s = result.summary["models"][model]
+        s: PhasesModel = result.summary["models"][model]
         return {**{phase: s["phases"][phase]["mean"] for phase in PHASES}, "final_r": s["final_r"]}
 
     def headline(self, result: StudyResult) -> list[str]:
         """Per model: the pattern (or why there is none) with the phase means and their intervals, the late-layer
         verdict naming its layer, robustness and the small-n caveat; seed compat: the notebook's labels."""
         seed = result.config.get("compat") == "seed"
-        return [headline_line(model, s, seed) for model, s in result.summary["models"].items()]
+        summary: PhasesSummary = result.summary
+        return [headline_line(model, s, seed) for model, s in summary["models"].items()]
 
 
-def headline_line(model: str, s: dict, seed: bool = False) -> str:
+def headline_line(model: str, s: PhasesModel, seed: bool = False) -> str:
     """One model's console line (see :meth:`Phases.headline`)."""
     if "late_label" not in s:  # seed compat, or a result written before the interval rule
         rule = " [the notebook's rule]" if seed else ""
@@ -73,14 +133,14 @@ def headline_line(model: str, s: dict, seed: bool = False) -> str:
             f"({s['final_layer']}{stage}): {s['late_inversion']}" + (f" [{'; '.join(notes)}]" if notes else ""))
 
 
-def phase_text(p: dict) -> str:
+def phase_text(p: PhaseMean) -> str:
     """``"+0.44 [+0.30, +0.55]"``: a phase mean and its interval (the mean alone where it has none)."""
     if p.get("ci_lo") is None or p.get("ci_hi") is None:
         return signed(p["mean"], 2)
     return f"{signed(p['mean'], 2)} [{signed(p['ci_lo'], 2)}, {signed(p['ci_hi'], 2)}]"
 
 
-def short_robustness(checks: list[dict]) -> str:
+def short_robustness(checks: list[PhasesCheck]) -> str:
     """``"not robust: flips without c3"``, or ``"robust to all 9 sensitivity checks"``; "" without checks."""
     flipped = [c["check"] for c in checks if c["flips"]]
     if flipped:
@@ -88,12 +148,12 @@ def short_robustness(checks: list[dict]) -> str:
     return f"robust to all {len(checks)} sensitivity checks" if checks else ""
 
 
-def comparison(reference: list[dict], summaries: dict[str, dict], pairs: PairDataset,
-               compat: str | None = None) -> list[dict]:
+def comparison(reference: list[dict], summaries: dict[str, PhasesModel], pairs: PairDataset,
+               compat: str | None = None) -> list[ComparisonRow]:
     """The reference rows and one row per model of this run. By default every row carries how it was computed
     (``data``, ``layers``, ``token_rule``) and its ``comparability`` with this run's first model; seed compat:
     model, source and the three means, as the notebook prints them."""
-    def means(s: dict) -> dict:
+    def means(s: PhasesModel) -> PhaseValues:
         return {phase: s["phases"][phase]["mean"] for phase in PHASES}
 
     if compat == "seed":
@@ -105,7 +165,7 @@ def comparison(reference: list[dict], summaries: dict[str, dict], pairs: PairDat
                                         for model, s in summaries.items()])
 
 
-def layers_text(s: dict) -> str:
+def layers_text(s: PhasesModel) -> str:
     """``"0-30 of 30 (30 before the final norm)"``: the tested layers, runs of consecutive ones as ranges."""
     runs: list[list[int]] = []
     for layer in s["layers"]:

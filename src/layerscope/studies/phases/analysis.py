@@ -2,7 +2,8 @@
 with bootstrap intervals over pairs, the pattern those intervals support, the late-layer verdict and the
 sensitivity checks.
 
-    summary, rows = analyse_model(run, run.layers, "mean", 10_000, 0.95, 42, None)   # default: pre-norm, checks
+    summary, rows = analyse_run(run, config)    # what Phases.run computes per model; default: pre-norm, checks
+    summary, rows = analyse_model(run, run.layers, "mean", 10_000, 0.95, 42, None)   # the same, settings by hand
     x = centroid_asymmetry(run.a("mean"), run.b("mean"), leave_one_out=True)[:, layers]   # (n_pairs, k)
     profile = tested_profile(x, run.pref, Method(n_bootstrap=10_000))   # per layer r, p_perm, BCa CI, q
     samples = phase_bootstrap(x, run.pref, {"early": [0, 1], "late": [4, 5]}, index_batches(n, 10_000, 42, k))
@@ -19,18 +20,26 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...geometry import centroid_asymmetry
+from ...progress import steps
 from ...report.markdown import number, signed
 from ...stats import bca_pearson_ci, bootstrap_pearson, pearson, percentile_ci, resample_indices
-from ..controls import add_q, in_subset, length_control, pearson_tests, spearman_tests, subset_name
+from ..correlation import add_q, pearson_tests, spearman_tests
 from ..finite import check_values, defined
 from ..inputs import NORM_CHECK, TOKEN_CHECKS, PairRun, check_runs
+from ..length import length_control
 from ..result import layer_row
 from ..sensitivity import check_entry, not_significant, robustness
+from ..subsets import in_subset, subset_name
 from .bootstrap import index_batches, interval, phase_bootstrap
+from .summary import CentroidComparison, PhaseDifference, PhaseMeans, PhasesCheck, PhasesModel
+
+if TYPE_CHECKING:
+    from ..config import StudyConfig
 
 PATTERNS = {
     "PYTHIA_PATTERN": "positive early, negative late",
@@ -114,8 +123,9 @@ def listed(items: list[str]) -> str:
 
 
 def late_verdict(test: dict, n: int, level: float) -> tuple[str, str]:
-    """``key, text = late_verdict(profile[-1], n_pairs, 0.95)``: CONFIRMED only when the last tested layer's r <
-    -0.1 with q < 1 - level; else "not significant (n, p_perm, q, CI)" or "NO late-layer inversion (r, q)"."""
+    """``key, text = late_verdict(final, n_pairs, 0.95)`` (``final``: the last tested layer's test): CONFIRMED only
+    when its r < -0.1 with q < 1 - level; else "not significant (n, p_perm, q, CI)" or "NO late-layer inversion (r,
+    q)"."""
     r, q = defined(test["value"]), defined(test.get("q"))
     if r is None:
         return "NOT_ASSESSABLE", "not assessable: r is undefined (the centroid asymmetry is the same for every pair)"
@@ -129,13 +139,14 @@ def late_verdict(test: dict, n: int, level: float) -> tuple[str, str]:
 
 
 def phase_summary(layers: list[int], profile: list[dict], x: np.ndarray, y: np.ndarray,
-                  method: Method) -> tuple[dict, dict | None]:
+                  method: Method) -> tuple[PhaseMeans, PhaseDifference | None]:
     """Per phase: its tested ``layers``, ``n`` (those with a defined r), ``mean`` of r and, by default, its
     percentile bootstrap ``ci_lo``, ``ci_hi`` (:func:`phase_bootstrap`, ``method.n_bootstrap`` resamples from
     ``method.seed``); and (default only, else None) the ``late - early`` difference with its interval."""
     phases, groups = {}, {}
+    column = {layer: c for c, layer in enumerate(layers)}  # the column of x (and entry of profile) of each layer
     for phase, members in phase_split(layers).items():
-        columns = [layers.index(layer) for layer in members if np.isfinite(profile[layers.index(layer)]["value"])]
+        columns = [column[layer] for layer in members if np.isfinite(profile[column[layer]]["value"])]
         rs = [profile[c]["value"] for c in columns]
         phases[phase] = {"layers": members, "mean": float(np.mean(rs)) if rs else None}
         if not method.seed_compat:
@@ -147,7 +158,7 @@ def phase_summary(layers: list[int], profile: list[dict], x: np.ndarray, y: np.n
     samples = phase_bootstrap(x, y, groups, index_batches(len(y), method.n_bootstrap, method.seed, x.shape[1]))
     for phase in groups:
         phases[phase]["ci_lo"], phases[phase]["ci_hi"] = interval(samples[phase], method.level)
-    difference = {"value": None, "ci_lo": None, "ci_hi": None}
+    difference: PhaseDifference = {"value": None, "ci_lo": None, "ci_hi": None}
     if "late - early" in samples:
         lo, hi = interval(samples["late - early"], method.level)
         difference = {"value": phases["late"]["mean"] - phases["early"]["mean"], "ci_lo": lo, "ci_hi": hi}
@@ -166,6 +177,12 @@ class Method:
     """'loo' (the centroids of the other pairs) or 'self' (of all pairs, the notebooks')."""
     n_permutations: int = 10_000
 
+    @classmethod
+    def from_config(cls, config: StudyConfig) -> Method:
+        """The phases settings of ``config``: n_bootstrap, ci_level, seed, compat, centroids, n_permutations."""
+        return cls(n_bootstrap=config.n_bootstrap, level=config.ci_level, seed=config.seed, compat=config.compat,
+                   centroids=config.centroid_mode, n_permutations=config.n_permutations)
+
     @property
     def seed_compat(self) -> bool:
         return self.compat == "seed"
@@ -179,7 +196,7 @@ def layer_profile(x: np.ndarray, y: np.ndarray, n_bootstrap: int, level: float,
     Fresh resamples per layer in order, exactly as the notebook's loop consumes its global seed.
     """
     out = []
-    for column in x.T:
+    for column in steps(x.T, "phases: bootstrap per layer", "layer"):
         r, p = pearson(column, y)
         lo, hi = percentile_ci(bootstrap_pearson(column, y, resample_indices(len(y), n_bootstrap, rng)), level)
         out.append({"value": r, "p": p, "ci_lo": lo, "ci_hi": hi, "significant": bool(not (lo <= 0 <= hi))})
@@ -192,24 +209,36 @@ def tested_profile(x: np.ndarray, y: np.ndarray, method: Method) -> list[dict]:
     columns and ``significant`` (q < 1 - level)."""
     tests = pearson_tests(x, y, method.n_permutations, method.seed)
     lo, hi = bca_pearson_ci(x, y, method.n_bootstrap, method.level, np.random.default_rng(method.seed))
-    for test, ci_lo, ci_hi in zip(tests, lo, hi):
+    for test, ci_lo, ci_hi in zip(tests, lo, hi, strict=False):
         test["ci_lo"], test["ci_hi"] = float(ci_lo), float(ci_hi)
     return add_q(tests, "p_perm", method.level)
 
 
+def analyse_run(run: PairRun, config: StudyConfig) -> tuple[PhasesModel, list[dict]]:
+    """``summary, rows = analyse_run(run, config)``: :func:`analyse` on the run's tested layers, with the pooling,
+    :class:`Method` (:meth:`Method.from_config`) and drop_category of ``config`` (what ``Phases.run`` computes)."""
+    return analyse(run, run.layers, config.pooling, Method.from_config(config), config.drop_category)
+
+
 def analyse_model(run: PairRun, layers: list[int], pooling: str, n_bootstrap: int, level: float,
                   seed: int, compat: str | None, centroids: str | None = None, n_permutations: int = 10_000,
-                  drop_category: str | None = None) -> tuple[dict, list[dict]]:
+                  drop_category: str | None = None) -> tuple[PhasesModel, list[dict]]:
+    """:func:`analyse` with each setting of the :class:`Method` by hand; ``centroids`` defaults to 'self' in seed
+    compat, else 'loo'."""
+    method = Method(n_bootstrap=n_bootstrap, level=level, seed=seed, compat=compat, n_permutations=n_permutations,
+                    centroids=centroids or ("self" if compat == "seed" else "loo"))
+    return analyse(run, layers, pooling, method, drop_category)
+
+
+def analyse(run: PairRun, layers: list[int], pooling: str, method: Method, drop_category: str | None = None
+            ) -> tuple[PhasesModel, list[dict]]:
     """Summary and rows of one model: the analysis on all pairs (``subset`` "all"), with ``drop_category`` again
     without that category (``subset`` "without NAME"), and by default the sensitivity checks
     (``summary["checks"]``, ``summary["robustness"]``; their rows with ``subset`` the check's name).
 
     By default the final layer is taken before the final norm (``run.at_stage("pre_norm")``, rows at layer
-    ``n_layers`` with ``stage`` "pre_norm") when the activations hold pre-norm states. ``centroids`` defaults to
-    'self' in seed compat, else 'loo'.
+    ``n_layers`` with ``stage`` "pre_norm") when the activations hold pre-norm states.
     """
-    method = Method(n_bootstrap=n_bootstrap, level=level, seed=seed, compat=compat, n_permutations=n_permutations,
-                    centroids=centroids or ("self" if compat == "seed" else "loo"))
     if not method.seed_compat:
         run = slim(run, pooling)
         run = run.at_stage("pre_norm") if run.acts.pre_norm else run
@@ -240,14 +269,14 @@ def slim(run: PairRun, pooling: str) -> PairRun:
     return dataclasses.replace(run, acts=acts)
 
 
-def sensitivity_checks(run: PairRun, layers: list[int], pooling: str, method: Method, summary: dict,
-                       reuse: dict[str, dict]) -> tuple[list[dict], list[dict]]:
+def sensitivity_checks(run: PairRun, layers: list[int], pooling: str, method: Method, summary: PhasesModel,
+                       reuse: dict[str, PhasesModel]) -> tuple[list[PhasesCheck], list[dict]]:
     """The pattern and the late-layer verdict recomputed under each of :func:`check_runs` (the final layer after
     the final norm only when it is tested): ``check_entry`` dicts and their rows (``subset`` = the check's name;
     for "after the final norm" only the layer ``n_layers`` rows, ``stage`` "post_norm"). ``reuse``: analyses
     already made (the ``--drop-category`` one), whose rows are in the table already."""
     checks, rows = [], []
-    for name, check_run in check_runs(run, pooling):
+    for name, check_run in steps(check_runs(run, pooling), "phases: sensitivity checks", "check"):
         if name == NORM_CHECK and run.info.n_layers not in layers:
             continue
         if name in reuse:
@@ -265,7 +294,8 @@ def sensitivity_checks(run: PairRun, layers: list[int], pooling: str, method: Me
     return checks, rows
 
 
-def analyse_subset(run: PairRun, layers: list[int], pooling: str, method: Method) -> tuple[dict, list[dict]]:
+def analyse_subset(run: PairRun, layers: list[int], pooling: str, method: Method
+                   ) -> tuple[PhasesModel, list[dict]]:
     """Summary and rows of one model on the pairs of ``run``: :func:`verdicts` and, by default, the controls (rho,
     summed preference, the other centroid variant)."""
     summary, rows = verdicts(run, layers, pooling, method)
@@ -277,7 +307,7 @@ def analyse_subset(run: PairRun, layers: list[int], pooling: str, method: Method
     return summary, rows
 
 
-def verdicts(run: PairRun, layers: list[int], pooling: str, method: Method) -> tuple[dict, list[dict]]:
+def verdicts(run: PairRun, layers: list[int], pooling: str, method: Method) -> tuple[PhasesModel, list[dict]]:
     """Summary (profile, phases, pattern, late-layer verdict) and rows (``r_centroid_pref`` per tested layer,
     ``phase_mean`` per phase, by default ``phase_difference``) of ``run``; the inputs of every r checked finite."""
     info, n_pairs = run.info, len(run.pref)
@@ -290,18 +320,21 @@ def verdicts(run: PairRun, layers: list[int], pooling: str, method: Method) -> t
     stage = {} if method.seed_compat or run.stage != "pre_norm" else {"stage": "pre_norm"}
     rows = [layer_row(info.name, layer, info.n_layers, "r_centroid_pref", pooling=pooling, n=n_pairs,
                       centroids=method.centroids, **s, **(stage if layer == info.n_layers else {}))
-            for layer, s in zip(layers, profile)]
+            for layer, s in zip(layers, profile, strict=False)]
     phases, difference = phase_summary(layers, profile, x, run.pref, method)
+    by_layer = dict(zip(layers, profile, strict=True))  # each tested layer's test
     for phase, p in phases.items():
-        n = sum(np.isfinite(profile[layers.index(layer)]["value"]) for layer in p["layers"])
+        n = sum(np.isfinite(by_layer[layer]["value"]) for layer in p["layers"])
         rows.append({"model": info.name, "pooling": pooling, "metric": "phase_mean", "value": p["mean"], "n": int(n),
                      "phase": phase, **{k: p[k] for k in ("ci_lo", "ci_hi") if k in p}})
-    final = profile[-1]
-    summary = {"n_layers": info.n_layers, "layers": layers, "pooling": pooling, "n_pairs": n_pairs,
+    final_layer = layers[-1]  # the last tested layer: the late-layer verdict's
+    final = by_layer[final_layer]
+    summary: PhasesModel = {"n_layers": info.n_layers, "layers": layers, "pooling": pooling, "n_pairs": n_pairs,
                "n_bootstrap": method.n_bootstrap, "ci_level": method.level, "centroids": method.centroids,
                "significance": "ci" if method.seed_compat else "q", "phases": phases,
-               "final_layer": layers[-1], "final_r": defined(final["value"]), "final_significant": final["significant"],
-               "significant_layers": [layer for layer, s in zip(layers, profile) if s["significant"]]}
+               "final_layer": final_layer, "final_r": defined(final["value"]),
+               "final_significant": final["significant"],
+               "significant_layers": [layer for layer, s in zip(layers, profile, strict=False) if s["significant"]]}
     if method.seed_compat:
         means = [p["mean"] for p in phases.values()]
         label = "UNDETERMINED" if None in means else pattern(*means)
@@ -316,11 +349,11 @@ def verdicts(run: PairRun, layers: list[int], pooling: str, method: Method) -> t
     summary["late_label"], summary["late_inversion"] = late_verdict(final, n_pairs, method.level)
     summary.update(final_q=defined(final["q"]), final_p_perm=defined(final["p_perm"]),
                    final_ci=[defined(final["ci_lo"]), defined(final["ci_hi"])],
-                   final_stage="pre_norm" if stage and layers[-1] == info.n_layers else None)
+                   final_stage="pre_norm" if stage and final_layer == info.n_layers else None)
     return summary, rows
 
 
-def assess_pattern(phases: dict, difference: dict, level: float) -> tuple[str, str]:
+def assess_pattern(phases: PhaseMeans, difference: PhaseDifference, level: float) -> tuple[str, str]:
     """NOT_ASSESSABLE when a phase has fewer than 2 tested layers with a defined r, else :func:`interval_pattern`."""
     short = {phase: p for phase, p in phases.items() if p["n"] < MIN_PHASE_LAYERS}
     if short:
@@ -340,18 +373,18 @@ def control_rows(run: PairRun, x: np.ndarray, layers: list[int], pooling: str, m
     return [layer_row(run.info.name, layer, run.info.n_layers, metric, pooling=pooling, n=len(run.pref),
                       centroids=method.centroids, **test)
             for metric, tests in (("rho_centroid_pref", rho), ("r_centroid_pref_sum", summed))
-            for layer, test in zip(layers, tests)]
+            for layer, test in zip(layers, tests, strict=False)]
 
 
 def centroid_comparison(run: PairRun, layers: list[int], pooling: str, method: Method,
-                        profile: list[dict]) -> tuple[list[dict], dict]:
+                        profile: list[dict]) -> tuple[list[dict], CentroidComparison]:
     """Rows ``r_centroid_pref_<other>`` with the other centroid variant than ``method.centroids`` (whose
     ``profile`` is given), and the layer where r(leave-one-out) - r(self-including) is largest in size."""
     other = "self" if method.centroids == "loo" else "loo"
     x_other = centroid_asymmetry(run.a(pooling), run.b(pooling), leave_one_out=other == "loo")[:, layers]
     tests = add_q(pearson_tests(x_other, run.pref, method.n_permutations, method.seed), "p_perm", method.level)
     rows = [layer_row(run.info.name, layer, run.info.n_layers, f"r_centroid_pref_{other}", pooling=pooling,
-                      n=len(run.pref), centroids=other, **test) for layer, test in zip(layers, tests)]
+                      n=len(run.pref), centroids=other, **test) for layer, test in zip(layers, tests, strict=False)]
     r = {method.centroids: [s["value"] for s in profile], other: [s["value"] for s in tests]}
     diff = np.asarray(r["loo"], dtype=np.float64) - np.asarray(r["self"], dtype=np.float64)
     i = int(np.nanargmax(np.abs(diff))) if np.isfinite(diff).any() else 0

@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from ...report.plotting import COLORS, MARKERS, after_norm_marker, band, figure, interval_label, split_stage, zero_line
 from ..inputs import PROFILE_SUBSETS as SUBSETS
 from ..result import StudyResult
+from .summary import PhasesSummary
 
 
 def figures(result: StudyResult) -> dict[str, Figure]:
@@ -20,7 +21,8 @@ def figures(result: StudyResult) -> dict[str, Figure]:
     fig, axes = figure(1, 1, size=(10, 6))
     ax = axes[0, 0]
     table = result.table[result.table["metric"] == "r_centroid_pref"]
-    models = list(result.summary["models"])
+    summary: PhasesSummary = result.summary
+    models = list(summary["models"])
     offsets = np.linspace(-0.15, 0.15, len(models)) if len(models) > 1 else [0.0]
     seed = result.config.get("compat") == "seed"
     band_label, norm_label = interval_label(result.config), True
@@ -44,7 +46,7 @@ def figures(result: StudyResult) -> dict[str, Figure]:
     zero_line(ax)
     ax.set_xlabel("Layer")
     ax.set_ylabel("r(centroid asymmetry, output preference)")
-    patterns = "; ".join(f"{model}: {s['pattern']}" for model, s in result.summary["models"].items())
+    patterns = "; ".join(f"{model}: {s['pattern']}" for model, s in summary["models"].items())
     ax.set_title(f"Pair-level correlation by layer\nPattern: {patterns}", fontsize=13)
     ax.legend()
     return {"phases": fig}

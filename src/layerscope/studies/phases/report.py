@@ -10,9 +10,20 @@ from __future__ import annotations
 import pandas as pd
 
 from ...report.markdown import md_table, method_line, number, signed
-from ..controls import legend_lines, length_paragraph, on_subset, warning_lines
+from ..caveats import legend_lines, warning_lines
+from ..length import length_paragraph
 from ..result import StudyResult
+from ..subsets import on_subset
 from .analysis import DECOUPLED_WITHIN, EARLY_ABOVE, LATE_BELOW, MIN_PHASE_LAYERS
+from .summary import (
+    CentroidComparison,
+    ComparisonRow,
+    PhaseDifference,
+    PhaseMean,
+    PhasesCheck,
+    PhasesModel,
+    PhasesSummary,
+)
 
 CENTROIDS = {"loo": "the centroids of the other pairs (leave-one-out)",
              "self": "the centroids of all pairs, the pair itself included"}
@@ -30,7 +41,8 @@ def report(result: StudyResult) -> str:
            method_line(result.config), "", *warning_lines(result.summary),
            *legend_lines(result.config, "pairs", "BCa bootstrap")]
     table = on_subset(result.table)
-    for model, s in result.summary["models"].items():
+    summary: PhasesSummary = result.summary
+    for model, s in summary["models"].items():
         level = f"{s['ci_level']:.0%}"
         rows = table[table["model"] == model]
         out += [f"## {model}: {s['n_pairs']} pairs, {s['pooling']} pooling, {s['n_bootstrap']:,} resamples", ""]
@@ -47,10 +59,10 @@ def report(result: StudyResult) -> str:
             out += without_section(s)
         if "length_control" in s:
             out += ["### Length control", "", length_paragraph(s["length_control"], "r_centroid_pref_sum"), ""]
-    return "\n".join(out + comparison_section(result.summary["comparison"]))
+    return "\n".join(out + comparison_section(summary["comparison"]))
 
 
-def stage_lines(s: dict) -> list[str]:
+def stage_lines(s: PhasesModel) -> list[str]:
     """Which state the final layer is, by default: before the final norm (after it: the checks)."""
     if "stage" not in s or s["n_layers"] not in s["layers"]:
         return []
@@ -61,7 +73,7 @@ def stage_lines(s: dict) -> list[str]:
             "states."), ""]
 
 
-def seed_phase_section(s: dict, seed: bool) -> list[str]:
+def seed_phase_section(s: PhasesModel, seed: bool) -> list[str]:
     """Phase means, pattern and final-layer verdict by the notebook's rule (bare means, no interval)."""
     rule = "; the notebook's rule: bare phase means against +-0.1 and 0.15, no interval" if seed else ""
     return [md_table(["phase", "layers", "mean r"], [[phase, ", ".join(map(str, p["layers"])), signed(p["mean"])]
@@ -72,7 +84,7 @@ def seed_phase_section(s: dict, seed: bool) -> list[str]:
             + f" -> **{s['late_inversion']}**" + (" (the notebook's rule)." if seed else "."), ""]
 
 
-def phase_section(s: dict, level: str) -> list[str]:
+def phase_section(s: PhasesModel, level: str) -> list[str]:
     """Phase means with their bootstrap intervals, late - early, the pattern they support and the late verdict."""
     rows = [[phase, ", ".join(map(str, p["layers"])) or "none", p["n"], signed(p["mean"]), interval(p)]
             for phase, p in s["phases"].items()]
@@ -92,21 +104,21 @@ def phase_section(s: dict, level: str) -> list[str]:
             f"only when r < {signed(LATE_BELOW, 1)} with q < {1 - s['ci_level']:.2g})."), ""]
 
 
-def pattern_line(s: dict) -> str:
+def pattern_line(s: PhasesModel) -> str:
     """``"**Pattern: PYTHIA_PATTERN** (positive early, negative late)."``, or the reason there is none."""
     if s["pattern"] in ("NO_PATTERN", "NOT_ASSESSABLE"):
         return f"**Pattern:** {s['pattern_text']}."
     return f"**Pattern: {s['pattern']}** ({s['pattern_text']})."
 
 
-def interval(p: dict) -> str:
+def interval(p: PhaseMean | PhaseDifference) -> str:
     """``"[-0.170, +0.950]"``, or n/a."""
     if p.get("ci_lo") is None or p.get("ci_hi") is None:
         return "n/a"
     return f"[{signed(p['ci_lo'])}, {signed(p['ci_hi'])}]"
 
 
-def checks_section(s: dict) -> list[str]:
+def checks_section(s: PhasesModel) -> list[str]:
     """The pattern and the late-layer verdict under each sensitivity check, and whether either flips."""
     if not s["checks"]:
         return []
@@ -119,16 +131,16 @@ def checks_section(s: dict) -> list[str]:
                       "flips"], rows), "", f"**Robustness:** {s['robustness']}.", ""]
 
 
-def flips(check: dict) -> str:
+def flips(check: PhasesCheck) -> str:
     """``"pattern, late verdict"``: what a check flips, or "no"."""
     what = [name for name, key in (("pattern", "pattern_flips"), ("late verdict", "late_flips")) if check.get(key)]
     return ", ".join(what) or "no"
 
 
-def comparison_section(rows: list[dict]) -> list[str]:
+def comparison_section(rows: list[ComparisonRow]) -> list[str]:
     """The cross-model table; by default with how each row was computed and whether it compares directly."""
     out = ["## Cross-model comparison (phase means)", ""]
-    if rows and "comparability" in rows[0]:
+    if rows and all("comparability" in row for row in rows):  # default mode: every row says how it was computed
         out.append(md_table(["model", "early", "mid", "late", "data", "layers", "token rule", "source",
                              "comparability"],
                             [[cell(row["model"]), *(signed(row[p], 2) for p in ("early", "mid", "late")),
@@ -167,7 +179,7 @@ def layer_cell(t) -> str:
     return f"{int(t.layer)} (before the final norm)" if getattr(t, "stage", None) == "pre_norm" else str(int(t.layer))
 
 
-def centroid_section(rows: pd.DataFrame, largest: dict) -> list[str]:
+def centroid_section(rows: pd.DataFrame, largest: CentroidComparison) -> list[str]:
     """r per layer with leave-one-out and with self-including centroids, and the largest difference."""
     variants = rows[rows["metric"].isin(["r_centroid_pref", "r_centroid_pref_loo", "r_centroid_pref_self"])]
     by = {c: variants[variants["centroids"] == c].set_index("layer")["value"] for c in ("loo", "self")}
@@ -180,7 +192,7 @@ def centroid_section(rows: pd.DataFrame, largest: dict) -> list[str]:
             f"({signed(largest['difference'], 4)})."), ""]
 
 
-def without_section(s: dict) -> list[str]:
+def without_section(s: PhasesModel) -> list[str]:
     """Phase means, pattern and late-inversion verdict with and without the dropped category."""
     w = s["without_category"]
     last = "final r" if "late_label" not in s else f"r at layer {s['final_layer']}"

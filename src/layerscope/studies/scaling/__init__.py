@@ -3,38 +3,81 @@ axis, and whether the peak moves with size.
 
     result = Scaling().run(StudyConfig(study="scaling", models=("smollm2-135m", "gemma3-270m")))
     Scaling().headline(result)   # the verdict with its reason, robustness and small-n caveat; the peaks with q
+    s: ScalingSummary = result.summary     # what each key holds: .summary
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..base import Study
+from ..categories import study_pairs
+from ..caveats import MIN_N, category_warnings
 from ..config import StudyConfig
-from ..controls import MIN_N, category_warnings, study_pairs
 from ..inputs import analyse_pairs
+from ..registry import register_study
 from ..result import StudyResult, make_table
 from ..sensitivity import robustness
-from .analysis import EMBEDDING_LAYER, analyse_model, peak_stability, peak_verdict
+from ..settings import PAIR_NOTES, POOLING_HELP, PairSettings, check_pooling, setting
+from .analysis import EMBEDDING_LAYER, VERDICT_METRICS, analyse_model, peak_stability, peak_verdict
 from .figures import figures as draw_figures
 from .report import report as write_report
+from .summary import ScalingModel, ScalingSummary
 
 PEAK_SEARCH = f"the tested layers except the embedding layer (layer {EMBEDDING_LAYER})"
 STAGE_NOTE = "the final layer is taken before the final norm; after it, see checks"
 
 
+@dataclass(frozen=True)
+class ScalingSettings(PairSettings):
+    pooling: str = setting(POOLING_HELP, default="mean")
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_pooling(self.pooling)
+
+
+@register_study
 class Scaling(Study):
     name = "scaling"
     title = "Scaling"
     question = "Does the layer profile of r(UA, output preference), and its peak, shift with model size?"
     default_models = ("smollm2-135m", "gemma3-270m")
+    Settings = ScalingSettings
+    order = 20
+    compat_notes = (*PAIR_NOTES[:3], ("no interval for category-level r", "Fisher-z interval for category-level r"))
+    verdict_metrics = VERDICT_METRICS
+
+    def check_inputs(self, config: StudyConfig) -> None:
+        study_pairs(config.dataset)  # too few categories
+
+    def main_view(self, config: StudyConfig) -> dict:
+        return {"subset": "all", "pooling": config.pooling}
+
+    def sweep_summary(self, config: StudyConfig, numbers: list[dict[str, float]]) -> dict | None:
+        """Whether the peak depth moves across the swept models: the notebooks' rule in seed compat, else
+        descriptive only (a sweep's numbers carry no peak significance; each task's report has the verdict)."""
+        peaks = [n["peak_depth_pct"] for n in numbers]
+        if not peaks:
+            return {"peak_stability": None}
+        stability = peak_stability(peaks)
+        if config.compat != "seed" and stability["std_peak_pct"] is not None:
+            stability["peaks_stable"] = None
+            stability["answer"] = (f"Descriptive only: the {len(peaks)} peak depths have mean "
+                                   f"{stability['mean_peak_pct']:.0f}% and standard deviation "
+                                   f"{stability['std_peak_pct']:.1f} points; whether a peak is significant, and the "
+                                   "STABLE/SHIFTS verdict, are in each task's scaling report.")
+        return {"peak_stability": stability, "sections": [["Does the peak move with size?", stability["answer"]]]}
 
     def run(self, config: StudyConfig) -> StudyResult:
         pairs = study_pairs(config.dataset)  # too few categories fail here, before any model loads
         models, rows, manifest = analyse_pairs(config, pairs, lambda run: analyse_model(
-            run, run.layers, config.pooling, config.compat, config.ci_level, config.seed, config.n_permutations))
+            run, run.layers, config.pooling, compat=config.compat, level=config.ci_level, seed=config.seed,
+            n_permutations=config.n_permutations))
         seed = config.compat == "seed"  # the notebooks' rule: population std of the peak depths < 10 points
-        summary = {"pooling": config.pooling, "models": models,
-                   "peak_stability": peak_stability([m["max_pos_pct"] for m in models.values()]) if seed
-                   else peak_verdict(models), "warnings": category_warnings(self.name, pairs)}
+        stability = peak_stability([m["max_pos_pct"] for m in models.values()]) if seed else peak_verdict(models)
+        summary: ScalingSummary = {"pooling": config.pooling, "models": models, "peak_stability": stability,
+                                   "warnings": category_warnings(self.name, pairs)}
         if not seed:
             summary.update({"n_categories": len(pairs.categories), "stage": "pre_norm", "peak_search": PEAK_SEARCH})
         return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest, summary=summary,
@@ -45,12 +88,12 @@ class Scaling(Study):
 
     def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
         """The peak r, its depth (% of the layers) and the r of the last tested layer."""
-        m = result.summary["models"][model]
+        m: ScalingModel = result.summary["models"][model]
         return {"peak_r": m["max_pos_r"], "peak_depth_pct": m["max_pos_pct"], "final_r": m["final_r"]}
 
     def headline(self, result: StudyResult) -> list[str]:
         """The verdict with its reason, robustness and caveats; then each model's peak with its q."""
-        s = result.summary
+        s: ScalingSummary = result.summary
         stability = s["peak_stability"]
         if "verdict" not in stability:  # seed compat (the notebooks' rule), or a result written before verdicts
             peaks = ", ".join(f"{model} {m['max_pos_pct']:.0f}%" for model, m in s["models"].items())
@@ -61,14 +104,14 @@ class Scaling(Study):
                 f"Peaks (embedding layer {EMBEDDING_LAYER} excluded; final layer before the final norm): {peaks}."]
 
 
-def caveats(summary: dict) -> list[str]:
+def caveats(summary: ScalingSummary) -> list[str]:
     """Short caveats for the console line: few categories, a layer grid coarser than the stability rule."""
     n = summary.get("n_categories")
     out = [f"n = {n} categories < {MIN_N}"] if n is not None and n < MIN_N else []
     return out + summary["peak_stability"].get("caveats", [])
 
 
-def robust_note(m: dict) -> str:
+def robust_note(m: ScalingModel) -> str:
     """`` [not robust: flips without X]`` for a model whose peak flips under a check, else ""."""
     note = robustness(m.get("checks", []))
     return f" [{note}]" if note.startswith("not robust") else ""

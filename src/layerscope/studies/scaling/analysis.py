@@ -1,9 +1,9 @@
 """Scaling (seed 001): the r(UA, preference) layer profile of several models on a common
 depth axis, and whether its peak moves with model size.
 
-    summary, rows = analyse_model(run, run.layers, "mean")   # one model: profile, peak with its q, checks
+    summary, rows = analyse_model(run, run.layers, "mean")   # one model (a ScalingModel): profile, peak, checks
     stability = peak_verdict(summaries)                      # STABLE / SHIFTS / not assessable, with the reason
-    tests = profile(run, layers, "mean")                     # per tested layer: r ("value"), p, p_perm, CI, q
+    r_tests, rho_tests = profile(run, layers, "mean")        # per tested layer: r ("value"), p, p_perm, CI, q
     peak_stability([s["max_pos_pct"] for s in ...])          # the notebooks' rule (seed compat, sweeps)
 
 By default the final layer is the last block's output before the final norm (``run.at_stage("pre_norm")``), the
@@ -20,12 +20,14 @@ import numpy as np
 from ...errors import LayerscopeError
 from ...report.markdown import number, signed
 from ...stats import sign_changes
-from ..controls import add_q, in_subset, spearman_tests, subset_name
-from ..divergence.analysis import category_pref, category_tests, category_ua
+from ..categories import category_pref, category_tests, category_ua
+from ..correlation import Significance, add_q, spearman_tests
 from ..finite import check_values, defined
 from ..inputs import NORM_CHECK, PairRun, check_runs
 from ..result import layer_row
 from ..sensitivity import check_entry, not_significant, robustness, sign_flips
+from ..subsets import in_subset, subset_name
+from .summary import Family, PeakCheck, PeakVerdict, ScalingModel, SeedStability, SignChange
 
 STABLE_STD_PCT = 10.0
 """The notebooks' rule (:func:`peak_stability`): stable when the population std of the peak depths is below this."""
@@ -56,44 +58,45 @@ def category_inputs(run: PairRun, layers: list[int], pooling: str) -> tuple[np.n
     return ua, pref
 
 
-def profile(run: PairRun, layers: list[int], pooling: str, compat: str | None = None, level: float = 0.95,
-            seed: int = 42, n_permutations: int = 10_000) -> tuple[list[dict], list[dict]]:
+def profile(run: PairRun, layers: list[int], pooling: str, sig: Significance | None = None
+            ) -> tuple[list[dict], list[dict]]:
     """Category UA vs category preference at each tested layer: (r tests, rho tests), one dict per layer.
 
     r tests hold r as ``value`` and its ``p``; by default also ``p_perm``, the Fisher-z ``ci_lo``, ``ci_hi``,
     ``q`` (BH over the layers) and ``significant``. rho tests (none in seed compat) hold rho, p, q, significant.
     """
     ua, pref = category_inputs(run, layers, pooling)
-    return profile_tests(ua, pref, compat, level, seed, n_permutations)
+    return profile_tests(ua, pref, sig or Significance())
 
 
-def profile_tests(ua: np.ndarray, pref: np.ndarray, compat: str | None, level: float, seed: int,
-                  n_permutations: int) -> tuple[list[dict], list[dict]]:
+def profile_tests(ua: np.ndarray, pref: np.ndarray, sig: Significance) -> tuple[list[dict], list[dict]]:
     """:func:`profile` on given ``ua`` (n_cat, k) and ``pref`` (n_cat,)."""
-    r_tests = category_tests(ua, pref, compat, level, seed, n_permutations)
-    if compat == "seed":
+    r_tests = category_tests(ua, pref, sig)
+    if sig.compat == "seed":
         return r_tests, []
-    return add_q(r_tests, "p_perm", level), add_q(spearman_tests(ua, pref), "p", level)
+    return add_q(r_tests, "p_perm", sig.level), add_q(spearman_tests(ua, pref), "p", sig.level)
 
 
 def analyse_model(run: PairRun, layers: list[int], pooling: str, compat: str | None = None, level: float = 0.95,
-                  seed: int = 42, n_permutations: int = 10_000) -> tuple[dict, list[dict]]:
+                  seed: int = 42, n_permutations: int = 10_000) -> tuple[ScalingModel, list[dict]]:
     """``summary, rows = analyse_model(run, run.layers, "mean")``: one model's profile, peak and checks.
 
     By default the profile is of ``run.at_stage("pre_norm")`` (rows at layer n_layers get ``stage``), the summary
     holds the peak's q, interval and significance, the family, the significant sign changes and the flips within
     noise, and ``checks`` / ``robustness``: the peak recomputed under each of :func:`check_runs` (rows with
     ``subset`` = the check's name; the after-the-final-norm check writes only its layer n_layers rows).
-    ``compat="seed"``: the notebook's profile of the post-norm run, r and p only.
+    ``compat="seed"``: the notebook's profile of the post-norm run, r and p only. ``compat``, ``level``, ``seed``
+    and ``n_permutations``: how each r is tested (:class:`~..correlation.Significance`).
     """
     if compat == "seed":
         return seed_model(run, layers, pooling)
     run = run.at_stage("pre_norm")
-    summary, rows = model_profile(run, layers, pooling, level, seed, n_permutations)
+    sig = Significance(compat, level, seed, n_permutations)
+    summary, rows = model_profile(run, layers, pooling, sig)
     rows = in_subset(rows, subset_name(None))
     checks = []
     for name, other in check_runs(run, pooling):
-        changed, other_rows = model_profile(other, layers, pooling, level, seed, n_permutations, controls=False)
+        changed, other_rows = model_profile(other, layers, pooling, sig, controls=False)
         if name == NORM_CHECK:
             other_rows = [row for row in other_rows if row["layer"] == run.info.n_layers]
         rows += in_subset(other_rows, name)
@@ -102,26 +105,26 @@ def analyse_model(run: PairRun, layers: list[int], pooling: str, compat: str | N
     return summary, rows
 
 
-def seed_model(run: PairRun, layers: list[int], pooling: str) -> tuple[dict, list[dict]]:
+def seed_model(run: PairRun, layers: list[int], pooling: str) -> tuple[ScalingModel, list[dict]]:
     """The notebook's analysis of one model: r and p per tested layer, the landmarks of the profile."""
     info, n_cat = run.info, len(run.pairs.categories)
-    r_tests, _ = profile(run, layers, pooling, "seed")
+    r_tests, _ = profile(run, layers, pooling, Significance(compat="seed"))
     rows = [layer_row(info.name, layer, info.n_layers, "r_ua_pref", pooling=pooling, n=n_cat, **test)
-            for layer, test in zip(layers, r_tests)]
+            for layer, test in zip(layers, r_tests, strict=False)]
     return profile_summary(layers, [test["value"] for test in r_tests], info.n_layers), rows
 
 
-def model_profile(run: PairRun, layers: list[int], pooling: str, level: float, seed: int, n_permutations: int,
-                  controls: bool = True) -> tuple[dict, list[dict]]:
+def model_profile(run: PairRun, layers: list[int], pooling: str, sig: Significance, controls: bool = True
+                  ) -> tuple[ScalingModel, list[dict]]:
     """Default-mode profile of ``run``: summary (peak over the tested layers but the embedding layer, with its q,
     interval and significance; sign changes split by Williams' test) and rows (r, and with ``controls`` rho)."""
     info, n_cat = run.info, len(run.pairs.categories)
     ua, pref = category_inputs(run, layers, pooling)
-    r_tests, rho_tests = profile_tests(ua, pref, None, level, seed, n_permutations)
+    r_tests, rho_tests = profile_tests(ua, pref, sig)
     families = (("r_ua_pref", r_tests), ("rho_ua_pref", rho_tests)) if controls else (("r_ua_pref", r_tests),)
     rows = [layer_row(info.name, layer, info.n_layers, metric, pooling=pooling, n=n_cat, **test,
                       **({"stage": run.stage} if layer == info.n_layers else {}))
-            for metric, tests in families for layer, test in zip(layers, tests)]
+            for metric, tests in families for layer, test in zip(layers, tests, strict=False)]
     summary = profile_summary(layers, [test["value"] for test in r_tests], info.n_layers, exclude=(EMBEDDING_LAYER,))
     peak_layers = [layer for layer in layers if layer != EMBEDDING_LAYER]
     at = layers.index(summary["max_pos_layer"])
@@ -130,16 +133,16 @@ def model_profile(run: PairRun, layers: list[int], pooling: str, level: float, s
         "family": info.architecture, "stage": run.stage, "n_categories": n_cat, "layers": list(layers),
         "peak_layers": peak_layers, "final_layer": layers[-1],
         "depth_step_pct": depth_step(peak_layers, info.n_layers),
-        "significant_layers": [layer for layer, test in zip(layers, r_tests) if test["significant"]],
+        "significant_layers": [layer for layer, test in zip(layers, r_tests, strict=False) if test["significant"]],
         "max_pos_p_perm": defined(peak["p_perm"]), "max_pos_q": defined(peak["q"]),
         "max_pos_ci": [defined(peak["ci_lo"]), defined(peak["ci_hi"])],
         "max_pos_significant": bool(peak["significant"] and peak["value"] > 0)})
     if controls:
         summary["max_pos_rho"] = defined(rho_tests[at]["value"])
-    significant, noise = sign_flips(layers, ua, pref, level)
+    significant, noise = sign_flips(layers, ua, pref, sig.level)
     summary["sign_changes"] = [_with_midpoint(flip, info.n_layers) for flip in significant]
     summary["sign_flips_within_noise"] = [_with_midpoint(flip, info.n_layers) for flip in noise]
-    summary["peak"] = peak_label(summary, level)
+    summary["peak"] = peak_label(summary, sig.level)
     return summary, rows
 
 
@@ -150,11 +153,11 @@ def depth_step(layers: list[int], n_layers: int) -> float | None:
     return float(gaps.max() / n_layers * 100) if gaps.size else None
 
 
-def _with_midpoint(flip: dict, n_layers: int) -> dict:
+def _with_midpoint(flip: dict, n_layers: int) -> SignChange:
     return {**flip, "midpoint_pct": (flip["layer_before"] + flip["layer_after"]) / 2 / n_layers * 100}
 
 
-def peak_label(m: dict, level: float = 0.95) -> str:
+def peak_label(m: ScalingModel, level: float = 0.95) -> str:
     """``"L12 (40% depth), r = +0.812, q = 0.021"`` for a significant positive peak, else why it does not count."""
     where = f"L{m['max_pos_layer']} ({m['max_pos_pct']:.0f}% depth)"
     if m["max_pos_r"] <= 0:
@@ -165,7 +168,7 @@ def peak_label(m: dict, level: float = 0.95) -> str:
                            level=level, what=f"{where}, r = {signed(m['max_pos_r'])}, not significant")
 
 
-def peak_check(name: str, main: dict, changed: dict) -> dict:
+def peak_check(name: str, main: ScalingModel, changed: ScalingModel) -> PeakCheck:
     """The peak recomputed under check ``name``: it flips when its significance changes, or when both are
     significant and the peak moves by at least :data:`STABLE_RANGE_PCT` points of depth."""
     significant = changed["max_pos_significant"]
@@ -178,7 +181,8 @@ def peak_check(name: str, main: dict, changed: dict) -> dict:
                        significant=significant, n_categories=changed["n_categories"])
 
 
-def profile_summary(layers: list[int], rs: list[float], n_layers: int, exclude: tuple[int, ...] = ()) -> dict:
+def profile_summary(layers: list[int], rs: list[float], n_layers: int, exclude: tuple[int, ...] = ()
+                    ) -> ScalingModel:
     """Largest r and its layer and % depth, the most negative r, the final r (None where undefined), sign changes;
     layers where r is undefined (NaN: UA the same in every category) are left out of all but the final r, and the
     layers in ``exclude`` (e.g. the embedding layer 0) out of the largest and most negative r."""
@@ -204,7 +208,7 @@ def profile_summary(layers: list[int], rs: list[float], n_layers: int, exclude: 
     }
 
 
-def peak_stability(peak_pcts: list[float]) -> dict:
+def peak_stability(peak_pcts: list[float]) -> SeedStability:
     """The notebooks' rule (seed compat, sweeps): mean and population std of the peak depths; stable when
     std < 10 points."""
     if len(peak_pcts) < 2:
@@ -217,7 +221,7 @@ def peak_stability(peak_pcts: list[float]) -> dict:
     return {"mean_peak_pct": mean, "std_peak_pct": std, "peaks_stable": stable, "answer": answer}
 
 
-def peak_verdict(models: dict[str, dict]) -> dict:
+def peak_verdict(models: dict[str, ScalingModel]) -> PeakVerdict:
     """``peak_verdict(summaries)``: :func:`assess` of the models' peaks, with its ``checks`` (the verdict from the
     peaks each model's check found, for every check all models share) and ``robustness``."""
     verdict = assess(models)
@@ -232,13 +236,13 @@ def peak_verdict(models: dict[str, dict]) -> dict:
     return {**verdict, "checks": checks, "robustness": robustness(checks)}
 
 
-def _peak_of(check: dict) -> dict:
+def _peak_of(check: PeakCheck) -> dict:
     """A check entry of :func:`peak_check` as the summary fields :func:`assess` reads."""
     return {"max_pos_pct": check["value"], "max_pos_layer": check["layer"], "max_pos_r": check["r"],
             "max_pos_q": check["q"], "max_pos_significant": check["significant"]}
 
 
-def assess(models: dict[str, dict]) -> dict:
+def assess(models: dict[str, ScalingModel]) -> dict:
     """Whether the peak depth shifts with size, from each model's ``family``, ``max_pos_pct``, ``max_pos_q`` and
     ``max_pos_significant``: per architecture with >= :data:`MIN_FAMILY` significant peaks, STABLE when their
     depths span less than :data:`STABLE_RANGE_PCT` points, else SHIFTS; overall STABLE when every such family is,
@@ -258,13 +262,14 @@ def assess(models: dict[str, dict]) -> dict:
         reason = not_assessable_reason(models, families)
         return {**out, "verdict": "not assessable", "reason": reason, "answer": f"not assessable ({reason})"}
     stable = all(f["verdict"] == "STABLE" for f in assessed)
-    if len(assessed) == 1:
-        out.update({k: assessed[0][k] for k in ("mean_peak_pct", "range_peak_pct", "sd_peak_pct")})
+    if len(assessed) == 1:  # one family's depths are the answer: show their mean, range and sd
+        (only,) = assessed
+        out.update({k: only[k] for k in ("mean_peak_pct", "range_peak_pct", "sd_peak_pct")})
     return {**out, "verdict": "STABLE" if stable else "SHIFTS", "peaks_stable": stable,
             "answer": "; ".join(f["answer"] for f in assessed)}
 
 
-def family_entry(family: str, models: dict[str, dict]) -> dict:
+def family_entry(family: str, models: dict[str, ScalingModel]) -> Family:
     """One architecture's models, their significant peak depths and its verdict (see :func:`assess`)."""
     depths = [m["max_pos_pct"] for m in models.values() if m["max_pos_significant"]]
     entry = {"family": family, "models": list(models), "significant": [name for name, m in models.items()
@@ -283,7 +288,7 @@ def family_entry(family: str, models: dict[str, dict]) -> dict:
             "range_peak_pct": float(hi - lo), "sd_peak_pct": float(np.std(depths, ddof=1))}
 
 
-def not_assessable_reason(models: dict[str, dict], families: list[dict]) -> str:
+def not_assessable_reason(models: dict[str, ScalingModel], families: list[Family]) -> str:
     """Why no family can be assessed: ``"2 models of 2 families; needs >= 3 of one family; peak of X not
     significant (q = 0.29)"``."""
     largest = max(len(f["models"]) for f in families)

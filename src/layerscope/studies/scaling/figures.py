@@ -21,6 +21,7 @@ from ...report.plotting import (
 )
 from ..inputs import PROFILE_SUBSETS as SUBSETS
 from ..result import StudyResult
+from .summary import ScalingSummary
 
 
 def figures(result: StudyResult) -> dict[str, Figure]:
@@ -29,7 +30,8 @@ def figures(result: StudyResult) -> dict[str, Figure]:
     absolute, relative = axes[0]
     table = result.table[result.table["metric"] == "r_ua_pref"]
     band_label, norm_label = interval_label(result.config), True
-    for m, model in enumerate(result.summary["models"]):
+    summary: ScalingSummary = result.summary
+    for m, model in enumerate(summary["models"]):
         profile, after = split_stage(table[table["model"] == model].sort_values("layer"), SUBSETS)
         color = COLORS[m % len(COLORS)]
         style = {"marker": MARKERS[m % len(MARKERS)], "color": color, "linewidth": 2, "markersize": 7,

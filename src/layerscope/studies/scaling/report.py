@@ -7,13 +7,14 @@
 from __future__ import annotations
 
 from ...report.markdown import md_table, method_line, number, signed
-from ..controls import legend_lines, warning_lines
+from ..caveats import legend_lines, warning_lines
 from ..result import StudyResult
+from .summary import PeakCheck, PeakVerdict, ScalingModel, ScalingSummary, SignChange
 
 
 def report(result: StudyResult) -> str:
     """``report(result)`` -> markdown: the default-mode report, or :func:`seed_report` for the notebooks' rule."""
-    s = result.summary
+    s: ScalingSummary = result.summary
     if "verdict" not in s["peak_stability"]:
         return seed_report(result)
     level = result.config.get("ci_level", 0.95)
@@ -46,7 +47,7 @@ def report(result: StudyResult) -> str:
     return "\n".join(out + answer_lines(s["peak_stability"]))
 
 
-def answer_lines(stability: dict) -> list[str]:
+def answer_lines(stability: PeakVerdict) -> list[str]:
     """The verdict, its rule, the families table, the reason or caveats, and the verdict under each check."""
     out = ["## Answer", "", f"Rule: {stability['rule']}.", ""]
     out.append(md_table(["family", "models", "significant peaks", "peak depths", "mean", "range (points)",
@@ -66,14 +67,14 @@ def answer_lines(stability: dict) -> list[str]:
     return out
 
 
-def check_table(checks: list[dict]) -> str:
+def check_table(checks: list[PeakCheck]) -> str:
     """One row per sensitivity check of a model's peak."""
     return md_table(["check", "categories", "peak", "r", "q", "flips"],
                     [[c["check"], c["n_categories"], c["label"], signed(c["r"]), number(c["q"]),
                       "yes" if c["flips"] else "no"] for c in checks])
 
 
-def tests_table(models: dict[str, dict], level: float) -> list[str]:
+def tests_table(models: dict[str, ScalingModel], level: float) -> list[str]:
     """Per model: the peak r's interval and q, Spearman rho at that layer, and the layers whose r has q < 1 - level."""
     return [md_table(["model", "peak r", f"{level:.0%} CI", "q", "rho there", f"layers with q < {1 - level:.2g}"],
                      [[model, signed(m["max_pos_r"]), interval(m["max_pos_ci"]), number(m["max_pos_q"]),
@@ -83,7 +84,7 @@ def tests_table(models: dict[str, dict], level: float) -> list[str]:
 
 def seed_report(result: StudyResult) -> str:
     """The report of the notebooks' rule (population std of the peak depths < 10 points)."""
-    s = result.summary
+    s: ScalingSummary = result.summary
     out = ["# Scaling: does the layer-correlation peak shift with model size?", "",
            "For each model, r(UA, output preference) per layer as in the divergence study "
            f"({s['pooling']} pooling), on a common depth axis (layer / number of layers).", "",
@@ -107,7 +108,7 @@ def seed_report(result: StudyResult) -> str:
     return "\n".join(out)
 
 
-def at(m: dict, key: str) -> str:
+def at(m: ScalingModel, key: str) -> str:
     """``"L12 (40%)"``: the layer and % depth of ``m[key + "_layer"]``."""
     return f"L{m[key + '_layer']} ({m[key + '_pct']:.0f}%)"
 
@@ -120,7 +121,7 @@ def pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.1f}"
 
 
-def flips(points: list[dict]) -> str:
+def flips(points: list[SignChange]) -> str:
     """``"L11-L12 (~38%, q = 0.012)"`` per sign change, or "none"."""
     return ", ".join(f"L{c['layer_before']}-L{c['layer_after']} (~{c['midpoint_pct']:.0f}%, q = {number(c['q'])})"
                      for c in points) or "none"

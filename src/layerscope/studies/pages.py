@@ -1,0 +1,58 @@
+"""A run folder's ``index.html``, from its study folders' files: what ``layerscope report DIR`` renders.
+
+    write_index(Path("runs/20261122-153000"))     # a suite folder (one sub-folder per study)
+    write_index(Path("runs/phases-20261122"))     # or one study's folder
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import OutputError, ResultFileError
+from ..report.html import Section, check_page, render_run, write_page
+from .registry import get_study, studies
+from .result import StudyResult, rerun_hint
+
+
+def study_folders(folder: Path) -> list[Path]:
+    """The study folders of a run: ``folder`` itself, or its sub-folders holding a result.json, in suite order."""
+    if (folder / "result.json").is_file():
+        return [folder]
+    order = list(studies())
+    found = [p.parent for p in folder.glob("*/result.json")]
+    return sorted(found, key=lambda p: (order.index(p.name) if p.name in order else len(order), p.name))
+
+
+def write_index(folder: Path, name: str | None = None) -> Path:
+    """Render ``folder/index.html`` (atomically) from the files in the run folder; ``name`` titles the page
+    (default: the folder's name)."""
+    folder = Path(folder)
+    subs = study_folders(folder)
+    if not subs:
+        raise OutputError(f"{folder} holds no finished study (no result.json in it or its sub-folders); "
+                          "pass a folder written by `layerscope run`")
+    check_page(folder / "index.html")  # before reading anything: the user's own page is never overwritten
+    sections = [section(sub, folder) for sub in subs]
+    return write_page(folder / "index.html", render_run(folder, name or folder.resolve().name, sections))
+
+
+def section(sub: Path, root: Path) -> Section:
+    """One study folder as a page section: its result read back, its study's title, notes and headline."""
+    result = StudyResult.load(sub)
+    study = get_study(result.study)
+    seed = result.config.get("compat") == "seed"
+    return Section(anchor=sub.name if sub != root else result.study, title=study.title, question=study.question,
+                   headline=_headline(study, result, sub), folder=sub,
+                   method="seed compat (the notebooks' method)" if seed else "layerscope default",
+                   method_notes=list(study.compat_notes), warnings=list(result.summary.get("warnings") or []),
+                   manifest=result.manifest)
+
+
+def _headline(study, result: StudyResult, folder: Path) -> list[str]:
+    """The study's verdict lines; a result.json that parses but lacks what the study wrote is a
+    :class:`ResultFileError` naming it, not a KeyError."""
+    try:
+        return list(study.headline(result))
+    except (KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise ResultFileError(f"{folder / 'result.json'} lacks what a {result.study} run writes ({type(exc).__name__}: "
+                              f"{str(exc)[:80]}); the file is damaged: {rerun_hint(folder)}") from None
