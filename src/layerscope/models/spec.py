@@ -11,13 +11,14 @@ from pathlib import Path
 
 def split_revision(spec: str) -> tuple[str, str | None]:
     """``NAME@REVISION`` -> (NAME, REVISION); a spec without ``@``, or a local path that exists, has none."""
-    if "@" in spec and not _exists(Path(spec)):
+    if "@" in spec and not path_exists(Path(spec)):
         name, revision = spec.rsplit("@", 1)
         return name, revision or None
     return spec, None
 
 
-def _exists(path: Path) -> bool:
+def path_exists(path: Path) -> bool:
+    """``path.exists()``, but False for a name the file system refuses (e.g. too long) instead of an error."""
     try:
         return path.exists()
     except OSError:  # a name too long for the file system, say: no such file

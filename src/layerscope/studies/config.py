@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import short
 from ..models import DEFAULT_MODEL, ZOO, LoadedModel
-from ..models.spec import split_revision
+from ..models.spec import path_exists, split_revision
 from .registry import get_study
 from .settings import ConfigError, Settings, absolute_path, parse_layers, select_layers
 
@@ -44,19 +44,12 @@ def absolute_model(spec: Any, base: Path | None = None) -> Any:
     if not isinstance(spec, str) or spec in ZOO:
         return spec
     base = Path(base or Path.cwd())
-    if _exists(base / Path(spec).expanduser()):
+    if path_exists(base / Path(spec).expanduser()):
         return absolute_path(spec, base)
     name, revision = split_revision(spec)
-    if revision is not None and name and _exists(base / Path(name).expanduser()):  # a local folder at a revision
+    if revision is not None and name and path_exists(base / Path(name).expanduser()):  # a local folder at a revision
         return f"{absolute_path(name, base)}@{revision}"
     return spec
-
-
-def _exists(path: Path) -> bool:
-    try:
-        return path.exists()
-    except OSError:  # a name too long for the file system, say: no such file
-        return False
 
 
 def _help(text: str, **kwargs) -> Any:
