@@ -19,7 +19,9 @@ def uniformity(x: np.ndarray) -> np.ndarray:
     """Mean cosine similarity over all pairs i < j of the n vectors: (n, ..., d) -> (...).
 
     Uses sum_{i<j} <u_i, u_j> = (||sum_i u_i||^2 - sum_i ||u_i||^2) / 2 on the unit vectors
-    u_i = x_i / (||x_i|| + 1e-10), so no n x n kernel is built.
+    u_i = x_i / (||x_i|| + 1e-10), so no n x n kernel is built. The sums run in one fixed order (over d per
+    vector, then over the vectors in turn), so one layer alone, (n, d), gives the same bits as that layer's
+    entry of an (n, L, d) stack.
     """
     x = np.asarray(x, dtype=np.float64)
     n = x.shape[0]
@@ -27,7 +29,7 @@ def uniformity(x: np.ndarray) -> np.ndarray:
         raise ValueError("uniformity needs at least 2 vectors")
     u = x / (np.linalg.norm(x, axis=-1, keepdims=True) + EPS)
     total = np.square(u.sum(axis=0)).sum(axis=-1)
-    self_sim = np.square(u).sum(axis=(0, -1))
+    self_sim = np.add.accumulate(np.square(u).sum(axis=-1), axis=0)[-1]  # in order, as a (n, L, d) reduction adds
     return (total - self_sim) / (n * (n - 1))
 
 

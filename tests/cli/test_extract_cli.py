@@ -40,7 +40,7 @@ def test_extract_writes_activations_and_manifest(tmp_path, model_dir, dataset):
     m = json.loads((out / "manifest.json").read_text())
     assert m["model"]["weights_hash"] == acts.model.weights_hash
     assert m["dataset"]["hash"] == pairs.hash and m["dataset"]["n_pairs"] == 5
-    assert m["settings"]["compat"] == "seed" and m["settings"]["batch_size"] == 3
+    assert m["settings"]["compat"] == "seed" and m["batch_size"] == 3
     assert {"torch", "transformers", "numpy", "python", "layerscope"} <= m["versions"].keys()
     assert m["timing"]["total_s"] >= m["timing"]["extract_s"] > 0
     assert m["cache"] == {"batches": 4, "computed": 4, "reused": 0}

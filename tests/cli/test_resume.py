@@ -6,6 +6,7 @@ writes exactly what an uninterrupted run writes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,7 +23,7 @@ N_CATEGORIES, N_PAIRS = 4, 40
 TOTAL = 2 * N_CATEGORIES * N_PAIRS
 """Batches of one text each."""
 KILL_AFTER = 20
-"""Batch files to wait for before the kill: well after the start, well before the end."""
+"""Journalled batches to wait for before the kill: well after the start, well before the end."""
 
 
 def start_run(model: Path, dataset: Path, out: Path, cache: Path) -> subprocess.Popen:
@@ -39,21 +40,28 @@ def finished(proc: subprocess.Popen, timeout: float = 180) -> str:
     return out
 
 
-def batch_files(cache: Path) -> list[Path]:
-    return list(cache.glob("activations/*/*/batch-*.npz"))
+def journalled(cache: Path) -> list[tuple[int, int]]:
+    """The (start, stop) rows of every complete journal line of the cache's entries: one per stored batch."""
+    ranges = []
+    for journal in cache.glob("activations/*/*/journal.jsonl"):
+        for line in journal.read_text().splitlines(keepends=True):
+            with contextlib.suppress(ValueError, KeyError):
+                if line.endswith("\n"):  # a line the kill cut short does not count
+                    ranges.append((json.loads(line)["start"], json.loads(line)["stop"]))
+    return sorted(ranges)
 
 
 def kill_mid_extraction(proc: subprocess.Popen, cache: Path, timeout: float = 120) -> int:
-    """SIGKILL ``proc`` once ``KILL_AFTER`` batch files exist; returns how many exist after it died."""
+    """SIGKILL ``proc`` once ``KILL_AFTER`` batches are journalled; returns how many are after it died."""
     deadline = time.monotonic() + timeout
-    while len(batch_files(cache)) < KILL_AFTER:
+    while len(journalled(cache)) < KILL_AFTER:
         assert proc.poll() is None, f"the run ended before the kill:\n{proc.communicate()[1]}"
         assert time.monotonic() < deadline, "no batches were written"
         time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
     assert proc.returncode == -signal.SIGKILL
-    return len(batch_files(cache))
+    return len(journalled(cache))
 
 
 @pytest.mark.slow
@@ -88,5 +96,5 @@ def test_a_killed_run_resumes_and_writes_what_an_uninterrupted_run_writes(tmp_pa
     assert uninterrupted["manifest"]["models"][0]["extraction"]["computed"] == TOTAL
     assert (out / "table.csv").read_bytes() == (tmp_path / "ref" / "table.csv").read_bytes()
     assert resumed["summary"] == uninterrupted["summary"]
-    assert len(batch_files(cache)) == TOTAL
+    assert journalled(cache) == [(i, i + 1) for i in range(TOTAL)]  # each text's row stored once
     assert sorted(p.name for p in runs.iterdir()) == [".div.stale123.partial", "div"]  # ignored, not removed

@@ -2,6 +2,8 @@
 
 A complete read-only cache is read without a single write; anything that needs a write it cannot
 take is one CacheError that names LAYERSCOPE_CACHE and the fix.
+
+    .venv/bin/python -m pytest -q tests/engine/test_cache_env.py
 """
 
 import contextlib
@@ -17,7 +19,8 @@ import pytest
 
 import tiny
 from layerscope import extract
-from layerscope.engine.cache import BatchStore
+from layerscope.engine import store as store_module
+from layerscope.engine.store import LayerStore, Layout
 from layerscope.errors import CacheError
 
 
@@ -27,11 +30,15 @@ def snapshot(folder: Path) -> dict[str, str]:
             f"{hashlib.sha256(p.read_bytes()).hexdigest()} {p.stat().st_ino}" for p in sorted(folder.rglob("*"))}
 
 
-def entry_files(cache: Path) -> list[Path]:
-    return sorted(cache.glob("activations/*/*/*"))
+def entry(cache: Path) -> Path:
+    """The one cache entry folder under ``cache``."""
+    (folder,) = [p for p in cache.glob("activations/*/*") if p.is_dir()]
+    return folder
 
 
 class ForwardCounter:
+    """Forward passes of ``model`` from now on (after the first extraction with it: see engine.head's probe)."""
+
     def __init__(self, model):
         self.calls = 0
         model.register_forward_pre_hook(lambda *_: setattr(self, "calls", self.calls + 1))
@@ -39,27 +46,30 @@ class ForwardCounter:
 
 @contextlib.contextmanager
 def read_only(*folders: Path):
-    """No file can be created, renamed or removed in ``folders``: immutable (chattr +i) for root, whom
-    permission bits do not stop; mode 555 otherwise."""
+    """``folders`` and the files directly in them as on a read-only disk: no file can be created, renamed,
+    removed or written (the store writes its arrays in place). Immutable (chattr +i) for root, whom permission
+    bits do not stop; modes 555 and 444 otherwise."""
     root = os.geteuid() == 0
     if root and not shutil.which("chattr"):
         pytest.skip("running as root without chattr: no folder can be made read-only")
+    files = [p for folder in folders for p in folder.iterdir() if p.is_file() and not p.is_symlink()]
     done = []
     try:
-        for folder in folders:
+        for path in [*files, *folders]:
+            mode = path.stat().st_mode & 0o777
             if root:
-                if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+                if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
                     pytest.skip("chattr +i is not supported on this file system")
             else:
-                folder.chmod(0o555)
-            done.append(folder)
+                path.chmod(0o555 if path.is_dir() else 0o444)
+            done.append((path, mode))
         yield
     finally:
-        for folder in done:
+        for path, mode in reversed(done):
             if root:
-                subprocess.run(["chattr", "-i", str(folder)])
+                subprocess.run(["chattr", "-i", str(path)])
             else:
-                folder.chmod(0o755)
+                path.chmod(mode)
 
 
 def cache_folders(cache: Path) -> list[Path]:
@@ -70,7 +80,8 @@ def cache_folders(cache: Path) -> list[Path]:
 def assert_same(a, b):
     assert a.fingerprint == b.fingerprint
     for p in a.pooled:
-        np.testing.assert_array_equal(a.pooled[p], b.pooled[p])
+        np.testing.assert_array_equal(np.asarray(a.pooled[p]), np.asarray(b.pooled[p]))
+        np.testing.assert_array_equal(a.pre_norm[p], b.pre_norm[p])
     np.testing.assert_array_equal(a.nll_sum, b.nll_sum)
 
 
@@ -100,10 +111,17 @@ def test_a_complete_read_only_cache_is_read_without_writing(isolated_cache, lock
     assert snapshot(isolated_cache / "activations") == before
 
 
-def test_a_read_only_cache_missing_a_batch_is_one_error_and_unchanged(isolated_cache):
+@pytest.mark.parametrize("lock_file", ["kept", "removed"])
+def test_a_read_only_cache_missing_a_batch_is_one_error_and_unchanged(isolated_cache, lock_file):
     lm = tiny.tiny_lm("llama")
     extract(lm, tiny.TEXTS, batch_size=4)
-    sorted(isolated_cache.glob("activations/*/*/batch-00001-*.npz"))[0].unlink()
+    journal = entry(isolated_cache) / "journal.jsonl"
+    lines = journal.read_text().splitlines(keepends=True)
+    assert len(lines) == 3
+    journal.write_text(lines[0] + lines[2])  # the second batch was never finished
+    if lock_file == "removed":
+        for lock in isolated_cache.glob("activations/*/*.lock"):
+            lock.unlink()
     before = snapshot(isolated_cache / "activations")
     with read_only(*cache_folders(isolated_cache)), pytest.raises(CacheError) as caught:
         extract(lm, tiny.TEXTS, batch_size=4)
@@ -142,60 +160,74 @@ def test_a_cache_folder_given_in_python_that_is_a_file_says_cache_false(tmp_path
     assert (tmp_path / "f").read_text() == "x"
 
 
-def test_an_unreadable_batch_file_is_recomputed_and_replaced(isolated_cache, monkeypatch):
+def test_an_unreadable_array_file_is_recomputed_and_replaced(isolated_cache, tmp_path, monkeypatch):
+    """pooled_mean.npy cannot be read (root reads every file, so the store's reads of it are refused): it holds
+    rows of every batch, so the entry is built again, and the same numbers come back."""
     lm = tiny.tiny_lm("llama")
     clean = extract(lm, tiny.TEXTS, batch_size=4)
-    victim = sorted(isolated_cache.glob("activations/*/*/batch-00002-*.npz"))[0]
-    read_bytes = Path.read_bytes
+    victim = entry(isolated_cache) / "pooled_mean.npy"
+    held = tmp_path / "held"
+    os.link(victim, held)  # keeps the victim's inode alive, so a new file cannot get its number
+    real_open = open
 
-    def denied(path):
-        if path == victim:
+    def denied(path, *args, **kwargs):
+        if os.path.exists(path) and os.stat(path).st_ino == held.stat().st_ino:
             raise PermissionError(13, "Permission denied", str(path))
-        return read_bytes(path)
-    monkeypatch.setattr(Path, "read_bytes", denied)  # root reads every file; a normal user may not
-    counter = ForwardCounter(lm.model)
-    again = extract(lm, tiny.TEXTS, batch_size=4)
-    assert counter.calls == 1 and again.stats.batches_computed == 1
+        return real_open(path, *args, **kwargs)
+    with monkeypatch.context() as patched:  # not monkeypatch.undo(): that would drop the isolated cache too
+        patched.setattr(store_module, "open", denied, raising=False)
+        counter = ForwardCounter(lm.model)
+        again = extract(lm, tiny.TEXTS, batch_size=4)
+    assert counter.calls == 3 and again.stats.batches_computed == 3
     assert_same(clean, again)
-    assert len(list(isolated_cache.glob("activations/*/*/batch-*.npz"))) == 3
+    assert victim.stat().st_ino != held.stat().st_ino
+    assert extract(lm, tiny.TEXTS, batch_size=4).stats.batches_computed == 0
 
 
-def test_a_folder_where_a_batch_file_should_be_is_one_error_and_kept(isolated_cache):
+WHOSE = ("store bug: LayerStore.open deletes the whole entry folder (shutil.rmtree) when a file in it is not what "
+         "it expects, so a folder in its place and the user's files in it are removed")
+
+
+@pytest.mark.parametrize("name", ["journal.jsonl", pytest.param("pooled_mean.npy", marks=pytest.mark.xfail(
+    strict=True, reason=WHOSE)), pytest.param("meta.json", marks=pytest.mark.xfail(strict=True, reason=WHOSE))])
+def test_a_folder_where_a_store_file_should_be_is_one_error_and_kept(isolated_cache, name):
     lm = tiny.tiny_lm("llama")
     extract(lm, tiny.TEXTS, batch_size=4)
-    victim = sorted(isolated_cache.glob("activations/*/*/batch-00000-*.npz"))[0]
+    victim = entry(isolated_cache) / name
     victim.unlink()
     victim.mkdir()
     (victim / "mine.txt").write_text("not layerscope's")
     with pytest.raises(CacheError) as caught:
         extract(lm, tiny.TEXTS, batch_size=4)
-    assert f"cannot replace {victim}: is a directory" in str(caught.value)
-    assert "LAYERSCOPE_CACHE" in str(caught.value)
+    message = str(caught.value)
+    assert "is a directory" in message and str(victim.parent) in message and "LAYERSCOPE_CACHE" in message
     assert (victim / "mine.txt").read_text() == "not layerscope's"
 
 
-def test_a_folder_where_meta_json_should_be_still_reads_and_refuses_writes(tmp_path):
-    folder = tmp_path / "entry"
-    BatchStore(folder, {"n": 1}).put(0, {"x": np.arange(3)})
-    (folder / "meta.json").unlink()
-    (folder / "meta.json").mkdir()
-    store = BatchStore(folder, {"n": 1})
-    np.testing.assert_array_equal(store.get(0)["x"], np.arange(3))
-    with pytest.raises(CacheError, match="meta.json"):
-        store.put(1, {"x": np.arange(2)})
-    assert sorted(p.name for p in folder.iterdir()) == ["batch-00000-" + next(folder.glob("batch-*")).stem[-16:]
-                                                        + ".npz", "meta.json"]
+@pytest.mark.xfail(strict=True, reason="store bug: _create builds the entry in tempfile.mkdtemp's private (0700) "
+                                       "folder and renames it into place, so other users cannot read a shared cache")
+def test_an_entry_is_as_readable_as_the_umask_allows(isolated_cache):
+    extract(tiny.tiny_lm("llama"), tiny.TEXTS[:3], batch_size=4)
+    mask = os.umask(0)
+    os.umask(mask)
+    folder = entry(isolated_cache)
+    assert folder.stat().st_mode & 0o777 == 0o777 & ~mask
+    for path in folder.iterdir():
+        assert path.stat().st_mode & 0o777 == 0o666 & ~mask, path
+
+
+LAYOUT = Layout(n_texts=3, n_states=2, d=4, layers=(0, 1), poolings=("mean", "last"))
 
 
 def test_meta_with_tuples_matches_its_json_on_disk(tmp_path):
-    folder = tmp_path / "entry"
-    BatchStore(folder, {"poolings": ("mean", "last"), "n": 2})
-    inode = (folder / "meta.json").stat().st_ino
-    BatchStore(folder, {"poolings": ("mean", "last"), "n": 2})
-    assert (folder / "meta.json").stat().st_ino == inode
-    BatchStore(folder, {"poolings": ("mean",), "n": 2})  # changed: rewritten
-    text = (folder / "meta.json").read_text()
-    assert text.count('"mean"') == 1 and '"last"' not in text
+    folder, order = tmp_path / "entry", np.array([2, 0, 1])
+    LayerStore.open(folder, LAYOUT, order, {"poolings": ("mean", "last"), "n": 3})
+    before = snapshot(folder)
+    LayerStore.open(folder, LAYOUT, order, {"poolings": ("mean", "last"), "n": 3})
+    assert snapshot(folder) == before  # same bytes and inodes: the tuple meta matched its list on disk
+    LayerStore.open(folder, LAYOUT, order, {"poolings": ("mean",), "n": 3})  # changed: written again
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["poolings"] == ["mean"] and meta["layout"]["poolings"] == ["mean", "last"]
 
 
 def test_converting_a_model_in_a_read_only_cache_is_one_cache_error(tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ IDS = [f"{a}-{'bos' if b else 'nobos'}" for a, b in CASES]
 
 def rel_err(got: np.ndarray, ref: np.ndarray) -> float:
     """Largest per-vector relative error ||got - ref|| / ||ref|| over all leading axes."""
+    got, ref = np.asarray(got), np.asarray(ref)
     diff = np.linalg.norm(got - ref, axis=-1)
     return float(np.max(diff / np.linalg.norm(ref, axis=-1)))
 

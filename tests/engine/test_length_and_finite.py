@@ -126,27 +126,55 @@ def test_an_inf_nll_with_finite_hidden_states_is_named():
             PATHS[path](lm, ["The cat sat on the mat.", "Prices rose."])
 
 
-def test_a_nan_batch_in_the_cache_is_not_reused(tmp_path):
+def poison_store(folder, how: str) -> None:
+    """Put NaN in every stored pooled vector of the cache entry ``folder``: in the file's bytes alone, or
+    written through the store, journal line and all (as if NaN had been computed and stored)."""
+    import json
+
+    from layerscope.engine.store import LayerStore, Layout
+
+    keys = [p.stem for p in folder.glob("pooled_*.npy")]
+    assert keys
+    if how == "bytes":
+        for key in keys:
+            stored = np.load(folder / f"{key}.npy", mmap_mode="r+")
+            stored[...] = np.nan
+            stored.flush()
+            del stored
+        return
+    layout = json.loads((folder / "meta.json").read_text())["layout"]
+    layout = Layout(**{**layout, "layers": tuple(layout["layers"]), "poolings": tuple(layout["poolings"])})
+    arrays = {key: np.load(folder / f"{key}.npy") for key in layout.shapes()}  # rows in store order
+    arrays.update({key: np.full_like(arrays[key], np.nan) for key in keys})
+    LayerStore(folder, layout, np.load(folder / "order.npy")).write(0, arrays)
+
+
+@pytest.mark.parametrize("how", ["bytes", pytest.param("journalled", marks=pytest.mark.xfail(
+    strict=True, reason="engine bug: extract trusts every verified journal range and never checks that stored "
+                        "vectors are finite, so NaN stored with its journal line is returned"))])
+def test_a_nan_batch_in_the_cache_is_not_reused(tmp_path, how):
     lm = tiny.tiny_lm("llama", adds_bos=False)
     texts = ["The cat sat on the mat.", "Prices rose by four percent."]
-    extract(lm, texts, cache=tmp_path)
-    poisoned = []
-    from layerscope.engine import cache as cache_module
+    clean = extract(lm, texts, cache=tmp_path)
+    (folder,) = [p for p in tmp_path.glob("*/*") if p.is_dir()]
+    poison_store(folder, how)
+    assert np.isnan(np.load(folder / "pooled_mean.npy")).all()
+    acts = extract(lm, texts, cache=tmp_path)
+    assert acts.stats.batches_reused == 0 and np.isfinite(np.asarray(acts.pooled["mean"])).all()
+    np.testing.assert_array_equal(np.asarray(acts.pooled["mean"]), np.asarray(clean.pooled["mean"]))
 
-    get = cache_module.BatchStore.get
 
-    def nan_get(self, b):
-        arrays = get(self, b)
-        if arrays is not None:
-            arrays = {k: np.full_like(v, np.nan) if k.startswith("pooled_") else v for k, v in arrays.items()}
-            poisoned.append(b)
-        return arrays
-    cache_module.BatchStore.get = nan_get
-    try:
-        acts = extract(lm, texts, cache=tmp_path)
-    finally:
-        cache_module.BatchStore.get = get
-    assert poisoned and acts.stats.batches_reused == 0 and np.isfinite(acts.pooled["mean"]).all()
+@pytest.mark.xfail(strict=True, reason="engine bug: with store_dtype='float16' a finite float32 vector above 65504 "
+                                       "is cast to inf on its way into the store, silently (a RuntimeWarning only)")
+@torch.no_grad()
+def test_a_vector_too_large_for_a_float16_store_is_an_error():
+    lm = tiny.tiny_lm("llama", adds_bos=False)
+    lm.model.model.embed_tokens.weight.mul_(1e6)
+    texts = ["The cat sat on the mat.", "Prices rose by four percent."]
+    embeddings = lm.model(**lm.tokenizer(texts[0], return_tensors="pt"), output_hidden_states=True).hidden_states[0]
+    assert embeddings.mean(dim=1).abs().max() > np.finfo(np.float16).max  # mean-pooled state 0 overflows float16
+    with pytest.raises(ExtractionError, match="float16"):
+        extract(lm, texts, store_dtype="float16", cache=False)
 
 
 def test_max_length_is_recorded_in_every_study_manifest(tmp_path):

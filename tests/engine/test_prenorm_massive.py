@@ -12,7 +12,6 @@ import torch
 import tiny
 from layerscope import Activations, ExtractionError, extract
 from layerscope.engine.batching import collate
-from layerscope.engine.cache import BatchStore
 from layerscope.engine.massive import MASSIVE_RATIO, massive_mask, massive_tokens
 from layerscope.engine.pooling import ALL_POOLINGS, CHECK_POOLINGS, POOLINGS, no_pos0_mask, pooling_masks
 from layerscope.engine.tokens import token_states
@@ -78,7 +77,7 @@ def boosted_lm(arch="llama"):
 def test_defaults_compute_every_check_pooling():
     assert ALL_POOLINGS == ("mean", "last", "first", "mean_no_pos0", "mean_no_massive")
     assert POOLINGS == ("mean", "last", "first") and CHECK_POOLINGS == ("mean_no_pos0", "mean_no_massive")
-    assert MASSIVE_RATIO == 100.0 and extract_module.FORMAT_VERSION == 2
+    assert MASSIVE_RATIO == 100.0 and extract_module.FORMAT_VERSION == 3  # 3: the layer-major store
     acts = extract(tiny.tiny_lm("llama"), tiny.TEXTS[:3], cache=False)
     assert set(acts.pooled) == set(acts.pre_norm) == set(ALL_POOLINGS)
     assert acts.settings.poolings == ALL_POOLINGS
@@ -262,11 +261,14 @@ def test_cache_round_trip_keeps_pre_norm_and_a_format_1_batch_is_recomputed(isol
     assert calls == [] and second.stats.batches_reused == 3
     for p in ALL_POOLINGS:
         np.testing.assert_array_equal(second.pre_norm[p], first.pre_norm[p])
-    # a batch as format 1 stored it (no pre-norm arrays) is not reused
-    files = sorted(isolated_cache.glob("activations/*/*/batch-*.npz"))
-    store = BatchStore(files[0].parent, meta={})
-    arrays = store.get(1)
-    store.put(1, {k: v for k, v in arrays.items() if not k.startswith("prenorm_")})
+    # a batch whose pre-norm rows were never written (format 1 stored none: the store reads zeros there) is not
+    # reused: store rows [4, 8) are the second batch
+    (folder,) = [p for p in isolated_cache.glob("activations/*/*") if p.is_dir()]
+    for path in folder.glob("prenorm_*.npy"):
+        stored = np.load(path, mmap_mode="r+")
+        stored[4:8] = 0
+        stored.flush()
+        del stored
     third = extract(lm, tiny.TEXTS, batch_size=4)
     assert len(calls) == 1 and third.stats.batches_computed == 1
     for p in ALL_POOLINGS:

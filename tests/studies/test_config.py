@@ -50,4 +50,4 @@ def test_every_study_loads_its_models_with_the_device_map(monkeypatch, study):
     monkeypatch.setattr(module, "load_model", fake_load)
     with pytest.raises(ModelLoadError, match="stop here"):
         get_study(study).run(StudyConfig(study=study, models=("m",), device_map="auto"))
-    assert asked == {"spec": "m", "dtype": "float32", "device": None, "device_map": "auto"}
+    assert asked == {"spec": "m", "dtype": "auto", "device": None, "device_map": "auto"}

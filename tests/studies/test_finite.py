@@ -61,9 +61,9 @@ def plant_in_activations(monkeypatch):
 
     def extract(*args, **kwargs):
         acts = real(*args, **kwargs)
-        pooled = {pooling: x.copy() for pooling, x in acts.pooled.items()}
-        pooled["mean"][0, LAYER, 0] = np.nan
-        return dataclasses.replace(acts, pooled=pooled)
+        layer = acts.pooled["mean"][:, LAYER].copy()
+        layer[0, 0] = np.nan
+        return dataclasses.replace(acts, pooled={**acts.pooled, "mean": acts.pooled["mean"].with_layer(LAYER, layer)})
 
     monkeypatch.setattr(pair_inputs, "extract", extract)
 

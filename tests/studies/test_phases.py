@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -81,7 +83,7 @@ def test_default_rows_match_scipy_on_leave_one_out_centroids():
     run = pair_run(seed=6)
     layers = [0, 4, 8]
     summary, rows = analyse_model(run, layers, "mean", 300, 0.9, seed=5, compat=None, n_permutations=500)
-    a, b = run.a("mean").astype(np.float64), run.b("mean").astype(np.float64)
+    a, b = np.asarray(run.a("mean"), dtype=np.float64), np.asarray(run.b("mean"), dtype=np.float64)
     nll = run.acts.nll_sum / run.acts.n_scored
     pref, pref_sum = nll[1::2] - nll[0::2], run.acts.nll_sum[1::2] - run.acts.nll_sum[0::2]
     r_rows, rho_rows, self_rows, sum_rows = (metric_rows(rows, m) for m in (
@@ -113,9 +115,10 @@ def test_default_rows_match_scipy_on_leave_one_out_centroids():
 def test_significance_is_judged_on_q_in_default_mode():
     run = pair_run(seed=7, sizes=(12, 12, 12, 12))
     # make late layers track the preference, so some layers are significant and some are not
-    pooled = run.acts.pooled["mean"]
+    pooled = np.array(run.acts.pooled["mean"])
     pref = run.pref
     pooled[0::2, 5:, 0] += 3 * pref[:, None].astype(np.float32)
+    run = dataclasses.replace(run, acts=dataclasses.replace(run.acts, pooled={**run.acts.pooled, "mean": pooled}))
     summary, rows = analyse_model(run, run.layers, "mean", 200, 0.95, seed=1, compat=None, n_permutations=400)
     r_rows = metric_rows(rows, "r_centroid_pref")
     q = stats.false_discovery_control([r_rows[layer]["p_perm"] for layer in run.layers], method="bh")

@@ -26,7 +26,13 @@ class Compat(StrEnum):
     seed = "seed"
 
 
+class StoreDType(StrEnum):
+    float32 = "float32"
+    float16 = "float16"
+
+
 class DType(StrEnum):
+    auto = "auto"  # bfloat16 on CUDA, float32 on CPU (models.load.default_dtype)
     float32 = "float32"
     float16 = "float16"
     bfloat16 = "bfloat16"
@@ -43,11 +49,15 @@ def extract_command(
     compat: Compat = typer.Option(None, "--compat", help="'seed' reproduces the notebooks' numerics "
                                   "(token 0 always dropped from mean pooling). Default: the corrected method "
                                   "(a BOS token dropped by its id)."),
-    batch_size: int = typer.Option(16, "--batch-size", min=1, help="Texts per forward pass."),
+    batch_size: int = typer.Option(None, "--batch-size", min=1, help="Texts per forward pass. Default: planned "
+                                   "from the device's memory (a token budget)."),
+    store_dtype: StoreDType = typer.Option(StoreDType.float32, "--store-dtype", help="How the activation cache "
+                                           "stores pooled vectors: float16 halves the disk."),
     max_length: int = typer.Option(None, "--max-length", help="Truncate every text to this many tokens (recorded "
                                    "in the manifest). Default: no truncation, and a text longer than the model's "
                                    "maximum positions is an error naming it."),
-    dtype: DType = typer.Option(DType.float32, "--dtype", help="One dtype for every parameter."),
+    dtype: DType = typer.Option(DType.auto, "--dtype", help="One dtype for every parameter. "
+                                "Default: bfloat16 on CUDA, float32 on CPU."),
     device: str = typer.Option(None, "--device", help="cpu, cuda or cuda:N. Default: cuda if present, else cpu."),
     device_map: str = typer.Option(None, "--device-map", help="'auto' spreads a big model over all GPUs "
                                    "(replaces --device)."),
@@ -71,16 +81,17 @@ def extract_command(
     lm = load_model(model, dtype=dtype.value, device=device, device_map=device_map)
     loaded = time.perf_counter()
     acts = extract(lm, pairs.texts(), compat=compat.value if compat else None, batch_size=batch_size,
+                   store_dtype=store_dtype.value,
                    max_length=max_length, cache=not no_cache)
     with staged_dir(out, force=force, kind="extract", inputs=inputs) as tmp:
         acts.save(tmp / "activations.npz")
-        atomic_write_json(tmp / "manifest.json", manifest(acts, pairs, load_s=loaded - started,
+        atomic_write_json(tmp / "manifest.json", manifest(acts, pairs, batch_size, load_s=loaded - started,
                                                           total_s=time.perf_counter() - started))
     typer.echo(summary(acts, pairs))
     typer.echo(f"\nwrote {out / 'activations.npz'} and {out / 'manifest.json'}")
 
 
-def manifest(acts: Activations, pairs: PairDataset, *, load_s: float, total_s: float) -> dict:
+def manifest(acts: Activations, pairs: PairDataset, batch_size: int | None, *, load_s: float, total_s: float) -> dict:
     stats = acts.stats
     return {
         "schema_version": 1,
@@ -90,6 +101,7 @@ def manifest(acts: Activations, pairs: PairDataset, *, load_s: float, total_s: f
         "dataset": {"source": pairs.source, "hash": pairs.hash, "n_pairs": pairs.n_pairs,
                     "categories": [c.name for c in pairs.categories]},
         "settings": acts.settings.to_dict(),
+        "batch_size": batch_size,  # None: planned from memory; never changes a number beyond float rounding
         "fingerprint": acts.fingerprint,
         "versions": library_versions(),
         "timing": {"load_s": round(load_s, 3), "extract_s": round(stats.seconds, 3), "total_s": round(total_s, 3)},

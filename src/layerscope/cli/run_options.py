@@ -33,7 +33,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand
 
-from .extract import Compat, DType
+from .extract import Compat, DType, StoreDType
 
 try:  # typer >= 0.26 carries its own copy of click
     from typer._click import Context, Parameter
@@ -46,7 +46,7 @@ SETTINGS = "layerscope.run.settings"
 """``ctx.meta`` key: the study settings given on the command line, as ``resolve_configs`` overrides."""
 _STUDY = "layerscope.run.study"
 
-CHOICES: dict[str, type[Enum]] = {"compat": Compat, "dtype": DType}
+CHOICES: dict[str, type[Enum]] = {"compat": Compat, "dtype": DType, "store_dtype": StoreDType}
 ALIASES = {"models": ("--model", "-m"), "dataset": ("--dataset", "-d")}
 LIMITS = {"batch_size": {"min": 1}}
 HELP = {"models": "{help} Repeat for several.", "cache": "Neither read nor write the activation cache."}

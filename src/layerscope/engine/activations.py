@@ -1,7 +1,8 @@
 """What one extraction pass yields, and how it is saved.
 
     acts = extract(lm, texts)
-    acts.pooled["mean"]        # (n_texts, n_layers + 1, d) float32; layer 0 = embeddings
+    acts.pooled["mean"]        # a LayerStack (n_texts, n_layers + 1, d); layer 0 = embeddings
+    acts.pooled["mean"][:, 5]  # (n_texts, d) float32: one layer, read alone from the on-disk store
     acts.pooled["mean_no_pos0"], acts.pooled["mean_no_massive"]   # sensitivity views, computed by default
     acts.pre_norm["mean"]      # (n_texts, d): the last block's output before the final norm
     acts.nll_mean[i]           # mean next-token NLL of text i (nats), = HF outputs.loss
@@ -11,9 +12,9 @@
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import numpy as np
 from ..errors import ExtractionError
 from ..io import atomic_file
 from ..models.info import ModelInfo
+from .layers import ArraySource, LayerStack, stack_of
 from .pooling import ALL_POOLINGS
 
 
@@ -34,13 +36,26 @@ class ExtractSettings:
     """``POOLINGS`` (mean, last, first) and the sensitivity views ``CHECK_POOLINGS``, see :mod:`.pooling`."""
     compat: str | None = None
     """``None``: corrected method (BOS dropped by id). ``"seed"``: the notebooks' (token 0 dropped)."""
-    batch_size: int = 16
     max_length: int | None = None
     """Truncate texts to this many tokens (``None``: never truncate)."""
     padding_side: str = "right"
+    layers: tuple[int, ...] | None = None
+    """The hidden states pooled and stored (``None``: every one, 0 = embeddings .. n_layers)."""
+    store_dtype: str = "float32"
+    """How the pooled vectors are stored: ``float32``, or ``float16`` for half the disk (read back as float32)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ExtractSettings:
+        """The settings :meth:`to_dict` wrote, also from a file saved before ``layers`` existed (its
+        ``batch_size`` is dropped: the batch plan never changes a number)."""
+        d = {k: v for k, v in d.items() if k in {f.name for f in dataclasses.fields(cls)}}
+        d["poolings"] = tuple(d["poolings"])
+        if d.get("layers") is not None:
+            d["layers"] = tuple(d["layers"])
+        return cls(**d)
 
 
 @dataclass(frozen=True)
@@ -56,8 +71,9 @@ class ExtractStats:
 @dataclass(frozen=True)
 class Activations:
     texts: list[str]
-    pooled: dict[str, np.ndarray]
-    """pooling -> (n_texts, n_layers + 1, d) float32."""
+    pooled: dict[str, LayerStack]
+    """pooling -> (n_texts, n_layers + 1, d) :class:`LayerStack`, read one layer at a time (``x[:, l]``); an
+    (n_texts, n_layers + 1, d) array given here is wrapped in one."""
     nll_sum: np.ndarray
     """(n_texts,) float64 summed next-token NLL in nats."""
     n_scored: np.ndarray
@@ -67,11 +83,20 @@ class Activations:
     settings: ExtractSettings
     model: ModelInfo
     fingerprint: str
-    pre_norm: dict[str, np.ndarray] = field(default_factory=dict)
+    pre_norm: Mapping[str, np.ndarray] = field(default_factory=dict)
     """pooling -> (n_texts, d) float32: the same poolings of the last decoder block's output, before the model's
-    final norm (``pooled[p][:, n_layers]`` is after it, as transformers' last hidden state). Empty for a file
-    saved before layerscope captured it (format 1): extract again to get it."""
+    final norm (``pooled[p][:, n_layers]`` is after it, as transformers' last hidden state); from an extraction's
+    store, each is read when looked up, not kept. Empty for a file saved before layerscope captured it (format 1):
+    extract again to get it."""
     stats: ExtractStats | None = field(default=None, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "pooled", {p: stack_of(x) for p, x in self.pooled.items()})
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        """The hidden states that were extracted (every one unless ``extract(..., layers=...)`` chose some)."""
+        return next(iter(self.pooled.values())).layers if self.pooled else ()
 
     @property
     def nll_mean(self) -> np.ndarray:
@@ -91,7 +116,7 @@ class Activations:
         """Write one ``.npz`` file (atomically) that :meth:`load` reads back."""
         meta = {"texts": self.texts, "settings": self.settings.to_dict(), "model": self.model.to_dict(),
                 "fingerprint": self.fingerprint}
-        arrays = {f"pooled_{k}": v for k, v in self.pooled.items()}
+        arrays = {f"pooled_{k}": v[:, list(v.layers)] for k, v in self.pooled.items()}  # the extracted layers
         arrays.update({f"prenorm_{k}": v for k, v in self.pre_norm.items()})
         with atomic_file(path) as f:
             np.savez(f, nll_sum=self.nll_sum, n_scored=self.n_scored, n_tokens=self.n_tokens,
@@ -112,19 +137,14 @@ class Activations:
             raise ExtractionError(f"activations file {path} does not exist; check the path")
         with np.load(path) as z:
             meta = json.loads(z["meta"].tobytes())
-            settings = meta["settings"]
-            settings["poolings"] = tuple(settings["poolings"])
+            settings = ExtractSettings.from_dict(meta["settings"])
+            n_states = meta["model"]["n_layers"] + 1
             return cls(
                 texts=meta["texts"],
-                pooled={k.removeprefix("pooled_"): z[k] for k in z.files if k.startswith("pooled_")},
+                pooled={k.removeprefix("pooled_"): LayerStack(ArraySource(z[k], settings.layers, n_states))
+                        for k in z.files if k.startswith("pooled_")},
                 pre_norm={k.removeprefix("prenorm_"): z[k] for k in z.files if k.startswith("prenorm_")},
                 nll_sum=z["nll_sum"], n_scored=z["n_scored"], n_tokens=z["n_tokens"],
-                settings=ExtractSettings(**settings), model=ModelInfo(**meta["model"]),
+                settings=settings, model=ModelInfo(**meta["model"]),
                 fingerprint=meta["fingerprint"],
             )
-
-
-def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    return buf.getvalue()

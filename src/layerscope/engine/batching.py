@@ -4,6 +4,8 @@
     for index in plan_batches(lengths, 16):        # longest texts first
         batch = collate([ids[i] for i in index], index, pad_id=0, side="right")
         model(**batch.model_inputs())
+    budget = memory_budget(lm, kept_states=0)      # padded tokens per batch this device can take
+    for start, stop in plan_ranges(sorted_lengths, todo, None, budget): ...   # runs of length-sorted rows
 
 Padding is ours, not the tokenizer's: a tokenizer without a pad token works, and
 ``position_ids`` count real tokens only, so left padding gives the same positions
@@ -57,10 +59,66 @@ def pad_id(tokenizer) -> int:
 LOGITS_BUDGET_BYTES = 512 * 2**20
 """Most memory one batch's float32 logits (batch x longest x vocab) may take."""
 
+CPU_TOKEN_BUDGET = 2048
+"""Padded tokens per batch on a CPU (more buys no speed there, and costs memory)."""
+
+GPU_MEMORY_SHARE = 0.6
+"""Share of the GPU's free memory (after the weights) that one batch may plan for; the rest is headroom for the
+allocator and the parts of a forward pass the plan does not count (attention scores of an eager kernel)."""
+
+MAX_TEXTS_PER_BATCH = 1024
+"""Most texts in one planned batch, however short."""
+
 
 def token_budget(vocab_size: int) -> int:
     """Padded tokens per batch that keep the logits within ``LOGITS_BUDGET_BYTES``."""
     return max(1, LOGITS_BUDGET_BYTES // (4 * vocab_size))
+
+
+def bytes_per_token(config, dtype_bytes: int, kept_states: int) -> int:
+    """Device memory one token of a batch needs during a forward pass, beyond the weights: its logits, one
+    decoder block's working set (attention projections, the MLP's hidden units, residual copies), the pooled
+    float32 copy of one state, and ``kept_states`` hidden states held until the pass ends."""
+    d = int(config.hidden_size)
+    inner = int(getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * d)
+    vocab = int(config.vocab_size)
+    return dtype_bytes * (vocab + 6 * d + 3 * inner + kept_states * d) + 8 * d
+
+
+def memory_budget(model, vocab_size: int, kept_states: int = 0) -> int:
+    """Padded tokens per batch for ``model`` on its device: ``CPU_TOKEN_BUDGET`` on a CPU (at most
+    ``LOGITS_BUDGET_BYTES`` of float32 logits); on CUDA, ``GPU_MEMORY_SHARE`` of the free memory divided by
+    :func:`bytes_per_token`."""
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        return min(CPU_TOKEN_BUDGET, token_budget(vocab_size))
+    free, _total = torch.cuda.mem_get_info(device)
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    per_token = bytes_per_token(config, next(model.parameters()).element_size(), kept_states)
+    return max(1, int(free * GPU_MEMORY_SHARE) // per_token)
+
+
+def plan_ranges(lengths: np.ndarray, todo: np.ndarray, batch_size: int | None,
+                max_tokens: int | None) -> list[tuple[int, int]]:
+    """Batches as ``(start, stop)`` runs of rows still ``todo``, for ``lengths`` sorted longest first.
+
+    A batch holds at most ``batch_size`` texts (``None``: ``MAX_TEXTS_PER_BATCH``) and at most ``max_tokens``
+    padded tokens (its first text is its longest), but always at least one text.
+    """
+    lengths, todo = np.asarray(lengths), np.asarray(todo, dtype=bool)
+    cap = batch_size or MAX_TEXTS_PER_BATCH
+    out, start = [], 0
+    while start < len(todo):
+        if not todo[start]:
+            start += 1
+            continue
+        stop = start + 1
+        limit = min(cap, max(1, max_tokens // int(lengths[start]))) if max_tokens else cap
+        while stop < len(todo) and todo[stop] and stop - start < limit:
+            stop += 1
+        out.append((start, stop))
+        start = stop
+    return out
 
 
 def plan_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> list[np.ndarray]:

@@ -2,17 +2,27 @@
 
     lm = load_model("smollm2-135m")
     acts = extract(lm, ["A cat sat.", "A dog ran."])           # cached under $LAYERSCOPE_CACHE
-    acts.pooled["mean"].shape                                   # (2, 31, 576)
+    acts.pooled["mean"][:, 5]                                   # (2, 576): hidden state 5, read from disk alone
+    acts.pooled["mean"].shape                                   # (2, 31, 576), a LayerStack
     acts.pre_norm["mean"].shape                                 # (2, 576): last block, before the final norm
+    acts = extract(lm, texts, layers=[0, 15, 30])              # pool and store only these hidden states
     acts = extract(lm, texts, compat="seed", cache=False)       # the notebooks' token-0 rule
 
-Texts are tokenized one by one (as a single-text call would), sorted by length and
-run in batches; each batch's hidden states are pooled right away, so token-level
-states never outlive their batch. Besides transformers' hidden states (the last one is
-after the model's final norm), a hook keeps the last decoder block's output before that
-norm, pooled the same ways into ``acts.pre_norm``. Finished batches are cached on disk under a
-fingerprint of the weights, hub revision, dtype, device type, token ids and settings; a
-second call loads them, and a killed call resumes from the last finished batch.
+Texts are tokenized one by one (as a single-text call would), sorted by length and run in
+batches planned by memory (a token budget from the device; ``batch_size`` fixes the texts per
+batch by hand). Hooks hand over each hidden state as the model makes it (:mod:`.capture`); it is
+pooled right away, so a batch's token states of all layers never exist at once (except those the
+``mean_no_massive`` pooling keeps until the pass ends: its token flags come from every block). Besides
+transformers' hidden states (the last one is after the model's final norm), the last decoder
+block's output before that norm is pooled the same ways into ``acts.pre_norm``.
+
+Pooled vectors go batch by batch into a layer-major store on disk (:mod:`.store`), keyed by a
+fingerprint of the weights, hub revision, dtype, device type, token ids and settings; a second call
+reads it, a killed call resumes from the last finished batch, and analyses read one layer at a time.
+The batch plan is not in the fingerprint: another batch size reuses the store. Batching changes a
+number only by float rounding (texts padded to another width go through matmuls of another shape): on
+CPU in float32 pooled vectors agree to about 1e-6 relatively, and a rerun with another batch size reads
+the stored ones. A CUDA out-of-memory error halves the batch and tries again.
 """
 
 from __future__ import annotations
@@ -28,22 +38,27 @@ import numpy as np
 import torch
 
 from ..errors import ExtractionError
-from ..models.info import decoder_layers, input_device
+from ..models.info import input_device
 from ..models.load import LoadedModel
 from ..paths import activations_dir
 from ..progress import steps
 from ..provenance import sha256_json
 from .activations import Activations, ExtractSettings, ExtractStats
-from .batching import Batch, collate, pad_id, plan_batches, token_budget
-from .cache import BatchStore
+from .batching import MAX_TEXTS_PER_BATCH, Batch, collate, memory_budget, pad_id, plan_ranges
+from .capture import PRE_NORM, capture_states
 from .guards import check_finite, encode
-from .massive import block_massive
+from .head import head_matches, head_only_last
+from .massive import massive_mask
 from .pooling import ALL_POOLINGS, pool, pooling_masks, token_nll
+from .store import LayerStore, Layout
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2
-"""Bump when stored batches would no longer match what this code computes (2: pre-norm arrays stored)."""
+FORMAT_VERSION = 3
+"""Bump when stored arrays would no longer match what this code computes (2: pre-norm arrays stored; 3: the
+layer-major store of :mod:`.store`, with the batch plan left out of the fingerprint)."""
+
+STORE_DTYPES = ("float32", "float16")
 
 
 def extract(
@@ -51,110 +66,172 @@ def extract(
     texts: Sequence[str],
     *,
     poolings: Sequence[str] = ALL_POOLINGS,
+    layers: Sequence[int] | None = None,
     compat: str | None = None,
-    batch_size: int = 16,
+    batch_size: int | None = None,
     max_length: int | None = None,
     padding_side: str = "right",
+    store_dtype: str = "float32",
     cache: bool | str | Path = True,
     progress: bool | None = None,
     on_batch: Callable[[int, int], None] | None = None,
 ) -> Activations:
-    """Run ``texts`` through ``lm`` once and keep, per text, every layer's pooled vectors and NLL.
+    """Run ``texts`` through ``lm`` once and keep, per text, the pooled vectors of its hidden states and its NLL.
 
     ``poolings``: any of ``POOLINGS`` (mean, last, first) and ``CHECK_POOLINGS`` (mean_no_pos0,
-    mean_no_massive); all five by default.
+    mean_no_massive); all five by default. ``layers``: the hidden states to pool and store (0 = embeddings ..
+    n_layers; ``None``: all). ``batch_size``: texts per batch (``None``: planned from the device's memory).
+    ``store_dtype``: ``"float16"`` halves the store on disk (vectors are read back as float32).
 
-    ``cache``: ``True`` for ``$LAYERSCOPE_CACHE/activations``, a folder, or ``False``.
-    ``progress``: ``None`` shows a bar only on a terminal. ``on_batch(done, total)`` is
-    called after each batch that was computed and stored.
+    ``cache``: ``True`` for ``$LAYERSCOPE_CACHE/activations``, a folder, or ``False`` (a temp folder, removed
+    when the result is garbage). ``progress``: ``None`` shows a bar only on a terminal. ``on_batch(done, total)``
+    is called after each batch that was computed and stored.
     """
-    settings = _validate(texts, poolings, compat, batch_size, max_length, padding_side)
+    settings = _validate(lm, texts, poolings, layers, compat, batch_size, max_length, padding_side, store_dtype)
     texts = list(texts)
     start = time.perf_counter()
     ids = encode(lm, texts, max_length, min_tokens=2)  # every text fits the model and has a next token
-    batches = plan_batches([len(x) for x in ids], batch_size, token_budget(lm.info.vocab_size))
+    lengths = np.array([len(x) for x in ids])
+    order = np.argsort(-lengths, kind="stable")  # store order: longest first, whatever the batch plan
     fingerprint = sha256_json({
         "format": FORMAT_VERSION, "weights": lm.info.weights_hash, "revision": lm.info.revision,
         "dtype": lm.info.dtype, "device": torch.device(lm.info.device).type, "texts": sha256_json(texts),
         "token_ids": sha256_json(ids), "settings": settings.to_dict(),
-        "batches": sha256_json([b.tolist() for b in batches]),
     })
-    store = _open_store(cache, fingerprint, lm, settings, len(texts))
-    with store.locked() if store else contextlib.nullcontext():
-        parts = _reusable(store, batches, lm, settings) if store else {}
-        todo = [b for b in range(len(batches)) if b not in parts]
-        shown = steps(todo, f"extract {lm.info.name}", "batch", len(batches), len(parts)) if progress is not False \
-            else todo
-        for b in shown:
-            batch = collate([ids[i] for i in batches[b]], batches[b], pad_id(lm.tokenizer), padding_side)
-            parts[b] = run_batch(lm, batch, settings, texts=texts)
-            if store:
-                store.put(b, parts[b])
+    layout = Layout(n_texts=len(texts), n_states=lm.info.n_layers + 1, d=lm.info.hidden_size,
+                    layers=settings.layers, poolings=settings.poolings, store_dtype=settings.store_dtype)
+    store = _open_store(cache, fingerprint, lm, settings, layout, order)
+    with store.locked():
+        todo = store.missing()
+        reused = len(store._done)
+        kept = len(settings.layers) + 1 if "mean_no_massive" in settings.poolings else 0
+        budget = memory_budget(lm.model, lm.info.vocab_size, kept)
+        ranges = plan_ranges(lengths[order], todo, batch_size, budget)
+        backoff = Backoff(batch_size or MAX_TEXTS_PER_BATCH)
+        computed = 0  # planned batches finished (one may run in pieces after an out-of-memory error)
+        total = reused + len(ranges)
+        shown = steps(ranges, f"extract {lm.info.name}", "batch", total, reused) if progress is not False else ranges
+        for lo, hi in shown:
+            for a, b in backoff.pieces(lo, hi):
+                index = order[a:b]
+                batch = collate([ids[i] for i in index], index, pad_id(lm.tokenizer), padding_side)
+                arrays = backoff.run(lambda batch=batch: run_batch(lm, batch, settings, texts=texts), lm)
+                if arrays is None:  # out of memory: run again in halves
+                    continue
+                store.write(a, arrays)
+            computed += 1
             if on_batch:
-                on_batch(len(parts), len(batches))
-    acts = _assemble(texts, batches, parts, lm, settings, fingerprint)
-    stats = ExtractStats(batches=len(batches), batches_computed=len(todo),
-                         batches_reused=len(batches) - len(todo), seconds=time.perf_counter() - start)
-    log.info("extracted %d texts in %d batches (%d reused) in %.1fs", len(texts), len(batches),
-             stats.batches_reused, stats.seconds)
+                on_batch(reused + computed, total)
+    acts = Activations(
+        texts=texts, pooled={p: store.pooled(p) for p in settings.poolings},
+        pre_norm=store.pre_norm(),
+        nll_sum=store.read_rows("nll_sum"), n_scored=store.read_rows("n_scored"),
+        n_tokens=store.read_rows("n_tokens"), settings=settings, model=lm.info, fingerprint=fingerprint,
+    )
+    stats = ExtractStats(batches=reused + computed, batches_computed=computed, batches_reused=reused,
+                         seconds=time.perf_counter() - start)
+    log.info("extracted %d texts in %d batches (%d reused) in %.1fs", len(texts), stats.batches, reused,
+             stats.seconds)
     return dataclasses.replace(acts, stats=stats)
+
+
+class Backoff:
+    """Halve the batch after an out-of-memory error, for the rest of the extraction.
+
+        backoff = Backoff(cap=1024)
+        for a, b in backoff.pieces(lo, hi):      # (lo, hi) in pieces of at most backoff.cap rows
+            out = backoff.run(lambda: work(a, b), lm)   # None after an OOM: that piece comes again, halved
+    """
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.oom = 0
+        """Out-of-memory errors caught so far."""
+
+    def pieces(self, lo: int, hi: int) -> Iterator[tuple[int, int]]:
+        a = lo
+        while a < hi:
+            b = min(hi, a + self.cap)
+            self._size, self._failed = b - a, False
+            yield a, b
+            if not self._failed:
+                a = b
+
+    def run(self, work: Callable[[], dict[str, np.ndarray]], lm: LoadedModel) -> dict[str, np.ndarray] | None:
+        try:
+            return work()
+        except torch.OutOfMemoryError:
+            rows = self._size  # the batch that failed, which may hold fewer texts than the cap
+            self.oom += 1
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            if rows <= 1:
+                raise ExtractionError(f"model {lm.info.name} ran out of device memory on a batch of one text; "
+                                      "pass --max-length to truncate long texts, use --dtype bfloat16, or a "
+                                      "device with more memory") from None
+            self.cap = max(1, rows // 2)
+            self._failed = True
+            log.warning("out of device memory on a batch; trying again with at most %d texts per batch", self.cap)
+            return None
 
 
 @torch.inference_mode()
 def run_batch(lm: LoadedModel, batch: Batch, settings: ExtractSettings,
               texts: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-    """One forward pass over ``batch``; arrays in the batch's row order. ``ExtractionError`` naming
-    the layer and the text (from ``texts``, the caller's list) if a pooled vector or NLL is not finite."""
+    """One forward pass over ``batch``; arrays in the batch's row order: ``pooled_<p>`` (n_stored_layers, B, d),
+    ``prenorm_<p>`` (B, d), ``nll_sum``, ``n_scored``, ``n_tokens`` (B,). ``ExtractionError`` naming the layer
+    and the text (from ``texts``, the caller's list) if a pooled vector or NLL is not finite."""
     batch = batch.to(input_device(lm.model))
-    with pre_norm_capture(lm.model) as captured:
-        out = lm.model(**batch.model_inputs(), output_hidden_states=True, use_cache=False)
     device = batch.input_ids.device
-    hidden = [h.to(device) for h in out.hidden_states]
-    pre_norm = last_capture(captured, lm).to(device)
-    massive = (block_massive(hidden, pre_norm, batch.attention_mask.bool())
-               if "mean_no_massive" in settings.poolings else None)
-    masks = pooling_masks(batch, lm.tokenizer.bos_token_id, settings.compat, massive)
-    per_layer = [pool(h, batch, masks, settings.poolings) for h in hidden]
-    pooled = {p: torch.stack([layer[p] for layer in per_layer], dim=1) for p in settings.poolings}
-    pre_pooled = pool(pre_norm, batch, masks, settings.poolings)
-    nll_sum, n_scored = token_nll(out.logits.to(device), batch)
-    bad_layers = torch.stack([(~torch.isfinite(x)).any(dim=-1) for x in pooled.values()]).any(dim=0)
-    bad_layers[:, -1] |= torch.stack([(~torch.isfinite(x)).any(dim=-1) for x in pre_pooled.values()]).any(dim=0)
+    real = batch.attention_mask.bool()
+    n_layers = lm.info.n_layers
+    wanted = set(settings.layers)
+    deferred = "mean_no_massive" in settings.poolings
+    now = tuple(p for p in settings.poolings if p != "mean_no_massive")
+    masks = pooling_masks(batch, lm.tokenizer.bos_token_id, settings.compat)
+    pooled: dict[int | str, dict[str, torch.Tensor]] = {}
+    kept: dict[int | str, torch.Tensor] = {}
+    massive = torch.zeros_like(real)
+
+    def on_state(key, hidden):
+        nonlocal massive
+        hidden = hidden.to(device)
+        if deferred and (key == PRE_NORM or 1 <= key < n_layers):  # a decoder block's output
+            massive = massive | massive_mask(hidden, real)
+        if key == PRE_NORM or key in wanted:
+            pooled[key] = pool(hidden, batch, masks, now)
+            if deferred:
+                kept[key] = hidden
+
+    hooked = sorted(wanted | (set(range(1, n_layers)) if deferred else set()))
+    own_head = head_matches(lm, batch)
+    with capture_states(lm, hooked, on_state), head_only_last(lm) if own_head else contextlib.nullcontext() as head:
+        out = lm.model(**batch.model_inputs(), use_cache=False)
+    if deferred:
+        masks = pooling_masks(batch, lm.tokenizer.bos_token_id, settings.compat, massive)
+        for key, hidden in kept.items():
+            pooled[key].update(pool(hidden, batch, masks, ("mean_no_massive",)))
+        kept.clear()
+    nll_sum, n_scored = head.nll(batch) if own_head else token_nll(out.logits, batch)
+    nll_sum, n_scored = nll_sum.to(device), n_scored.to(device)
+    del out, head
+    stacked = {p: torch.stack([pooled[k][p] for k in settings.layers]) for p in settings.poolings}  # (k, B, d)
+    pre = {p: pooled[PRE_NORM][p] for p in settings.poolings}
+    bad_layers = torch.zeros((len(batch.index), n_layers + 1), dtype=torch.bool, device=device)
+    for p in settings.poolings:
+        bad_layers[:, list(settings.layers)] |= (~torch.isfinite(stacked[p])).any(dim=-1).T
+        bad_layers[:, -1] |= (~torch.isfinite(pre[p])).any(dim=-1)
     check_finite(lm, texts, batch.index, bad_layers=bad_layers, bad_nll=~torch.isfinite(nll_sum))
-    arrays = {f"pooled_{p}": x.cpu().numpy() for p, x in pooled.items()}
-    arrays.update({f"prenorm_{p}": x.cpu().numpy() for p, x in pre_pooled.items()})
+    arrays = {f"pooled_{p}": x.cpu().numpy() for p, x in stacked.items()}
+    arrays.update({f"prenorm_{p}": x.cpu().numpy() for p, x in pre.items()})
     arrays["nll_sum"] = nll_sum.cpu().numpy()
     arrays["n_scored"] = n_scored.cpu().numpy()
     arrays["n_tokens"] = batch.attention_mask.sum(dim=1).cpu().numpy()
     return arrays
 
 
-@contextlib.contextmanager
-def pre_norm_capture(model: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
-    """``with pre_norm_capture(model) as got: model(...)``; then ``last_capture(got, lm)`` is the last decoder
-    block's output (B, T, d), the residual stream before the model's final norm. The hook is removed on exit."""
-    got: list[torch.Tensor] = []
-
-    def hook(_module, _inputs, output):
-        got.append(output[0] if isinstance(output, (tuple, list)) else output)
-
-    handle = decoder_layers(model)[-1].register_forward_hook(hook)
-    try:
-        yield got
-    finally:
-        handle.remove()
-
-
-def last_capture(got: list[torch.Tensor], lm: LoadedModel) -> torch.Tensor:
-    """The tensor :func:`pre_norm_capture` caught in the forward pass just run."""
-    if not got:
-        raise ExtractionError(f"model {lm.info.name} ran without calling its last decoder layer, so its output "
-                              "before the final norm cannot be captured; layerscope supports decoder-only causal "
-                              "LMs from transformers")
-    return got[-1]
-
-
-def _validate(texts, poolings, compat, batch_size, max_length, padding_side) -> ExtractSettings:
+def _validate(lm, texts, poolings, layers, compat, batch_size, max_length, padding_side,
+              store_dtype) -> ExtractSettings:
     if isinstance(texts, str) or not len(texts):
         raise ExtractionError("extract needs a non-empty list of texts")
     for i, text in enumerate(texts):
@@ -165,54 +242,31 @@ def _validate(texts, poolings, compat, batch_size, max_length, padding_side) -> 
         raise ExtractionError(f"unknown pooling {sorted(unknown)}; choose from {', '.join(ALL_POOLINGS)}")
     if compat not in (None, "seed"):
         raise ExtractionError(f"unknown compat mode {compat!r}; use None (corrected) or 'seed'")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ExtractionError(f"batch size must be a positive integer, got {batch_size!r}")
+    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        raise ExtractionError(f"batch size must be a positive integer (or None: planned from memory), "
+                              f"got {batch_size!r}")
     if max_length is not None and max_length < 2:
         raise ExtractionError(f"max_length must be at least 2 tokens, got {max_length}")
     if padding_side not in ("left", "right"):
         raise ExtractionError(f"padding side must be 'left' or 'right', got {padding_side!r}")
-    return ExtractSettings(poolings=tuple(poolings), compat=compat, batch_size=batch_size,
-                           max_length=max_length, padding_side=padding_side)
+    if store_dtype not in STORE_DTYPES:
+        raise ExtractionError(f"unknown store dtype {store_dtype!r}; use {' or '.join(STORE_DTYPES)}")
+    n_states = lm.info.n_layers + 1
+    if layers is None:
+        layers = range(n_states)
+    layers = tuple(sorted({int(k) for k in layers}))
+    if not layers or layers[0] < 0 or layers[-1] >= n_states:
+        raise ExtractionError(f"layers {list(layers)} are not hidden states of model {lm.info.name}: choose from "
+                              f"0 (embeddings) to {n_states - 1}")
+    return ExtractSettings(poolings=tuple(poolings), compat=compat, max_length=max_length,
+                           padding_side=padding_side, layers=layers, store_dtype=store_dtype)
 
 
-def _open_store(cache, fingerprint: str, lm: LoadedModel, settings: ExtractSettings, n_texts: int) -> BatchStore | None:
+def _open_store(cache, fingerprint: str, lm: LoadedModel, settings: ExtractSettings, layout: Layout,
+                order: np.ndarray) -> LayerStore:
     if cache is False or cache is None:
-        return None
+        return LayerStore.temporary(layout, order)
     root = activations_dir() if cache is True else Path(cache)
     meta = {"format": FORMAT_VERSION, "fingerprint": fingerprint, "model": lm.info.to_dict(),
-            "settings": settings.to_dict(), "n_texts": n_texts}
-    return BatchStore(root / fingerprint[:2] / fingerprint, meta)
-
-
-def _reusable(store: BatchStore, batches: list[np.ndarray], lm: LoadedModel,
-              settings: ExtractSettings) -> dict[int, dict[str, np.ndarray]]:
-    """Stored batches that are intact and have exactly the arrays and shapes each batch needs."""
-    found = {}
-    for b, index in enumerate(batches):
-        arrays = store.get(b)
-        if arrays is None:
-            continue
-        expect = {f"pooled_{p}": (len(index), lm.info.n_layers + 1, lm.info.hidden_size) for p in settings.poolings}
-        expect.update({f"prenorm_{p}": (len(index), lm.info.hidden_size) for p in settings.poolings})
-        expect.update({k: (len(index),) for k in ("nll_sum", "n_scored", "n_tokens")})
-        if {k: v.shape for k, v in arrays.items()} == expect and all(np.isfinite(v).all() for v in arrays.values()):
-            found[b] = arrays  # a stored NaN (from before the finite check) is computed again, and reported
-        else:
-            store.discard(b)
-    return found
-
-
-def _assemble(texts, batches, parts, lm: LoadedModel, settings: ExtractSettings, fingerprint: str) -> Activations:
-    order = np.concatenate(batches)
-
-    def gather(key):
-        stacked = np.concatenate([parts[b][key] for b in range(len(batches))])
-        out = np.empty_like(stacked)
-        out[order] = stacked
-        return out
-    return Activations(
-        texts=texts, pooled={p: gather(f"pooled_{p}") for p in settings.poolings},
-        pre_norm={p: gather(f"prenorm_{p}") for p in settings.poolings},
-        nll_sum=gather("nll_sum"), n_scored=gather("n_scored"), n_tokens=gather("n_tokens"),
-        settings=settings, model=lm.info, fingerprint=fingerprint,
-    )
+            "settings": settings.to_dict(), "n_texts": layout.n_texts}
+    return LayerStore.open(root / fingerprint[:2] / fingerprint, layout, order, meta)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 
 from .batching import Batch
 
@@ -96,16 +97,30 @@ def pool(hidden: torch.Tensor, batch: Batch, masks: torch.Tensor | dict[str, tor
     return out
 
 
-def token_nll(logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+NLL_CHUNK_BYTES = 256 * 2**20
+"""Most memory the float32 logits of one NLL chunk may take (rows x length x vocab x 4 bytes)."""
+
+
+def token_nll(logits: torch.Tensor, batch: Batch,
+              chunk_bytes: int = NLL_CHUNK_BYTES) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed next-token NLL per text (float64) and how many tokens were scored.
 
     Token t is scored from the logits at t-1 when both are real tokens: for a text alone
     this is exactly what transformers' ``outputs.loss`` averages with ``labels=input_ids``.
+    ``logits`` (B, T, vocab) in any dtype are taken a few rows at a time in float32 (a fused
+    cross-entropy), so no float32 copy of the whole batch's logits is ever made (at most
+    ``chunk_bytes`` of it at once; none at all for a float32 model).
     """
     real = batch.attention_mask.bool()
-    scored = real[:, 1:] & real[:, :-1]
-    logits = logits[:, :-1].float()  # no copy for a float32 model
-    target = batch.input_ids[:, 1:, None]
-    nll = torch.logsumexp(logits, dim=-1) - logits.gather(-1, target)[..., 0]  # (B, T-1)
-    nll_sum = torch.where(scored, nll, 0.0).double().sum(dim=1)
+    scored = real[:, 1:] & real[:, :-1]  # (B, T-1)
+    B, T, V = logits.shape
+    targets = torch.full((B, T), -100, dtype=torch.long, device=logits.device)  # -100: not scored
+    targets[:, :-1] = torch.where(scored, batch.input_ids[:, 1:], -100)
+    rows = max(1, chunk_bytes // max(1, T * V * 4))
+    nll = torch.empty((B, T), dtype=torch.float32, device=logits.device)
+    for r in range(0, B, rows):
+        chunk = logits[r : r + rows].float().reshape(-1, V)  # a view for a float32 model
+        nll[r : r + rows] = F.cross_entropy(chunk, targets[r : r + rows].reshape(-1), reduction="none",
+                                            ignore_index=-100).view(-1, T)
+    nll_sum = nll[:, :-1].double().sum(dim=1)  # unscored tokens are 0
     return nll_sum, scored.sum(dim=1)

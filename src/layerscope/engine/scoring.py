@@ -12,13 +12,13 @@ import torch
 
 from ..models.info import input_device
 from ..models.load import LoadedModel
-from .batching import collate, pad_id, plan_batches, token_budget
+from .batching import MAX_TEXTS_PER_BATCH, collate, memory_budget, pad_id, plan_batches
 from .guards import check_finite, encode, first_nonfinite_layer
 from .pooling import token_nll
 
 
 @torch.inference_mode()
-def score_texts(lm: LoadedModel, texts: Sequence[str], *, batch_size: int = 16,
+def score_texts(lm: LoadedModel, texts: Sequence[str], *, batch_size: int | None = None,
                 max_length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Summed NLL (float64) and scored-token count per text; each equals a single-text
     ``outputs.loss`` times its count. ``ExtractionError`` before any forward pass for a text longer
@@ -26,7 +26,8 @@ def score_texts(lm: LoadedModel, texts: Sequence[str], *, batch_size: int = 16,
     ids = encode(lm, texts, max_length, min_tokens=2)
     nll_sum, n_scored = np.zeros(len(texts)), np.zeros(len(texts), dtype=np.int64)
     device = input_device(lm.model)
-    for index in plan_batches([len(x) for x in ids], batch_size, token_budget(lm.info.vocab_size)):
+    for index in plan_batches([len(x) for x in ids], batch_size or MAX_TEXTS_PER_BATCH,
+                              memory_budget(lm.model, lm.info.vocab_size)):
         batch = collate([ids[i] for i in index], index, pad_id(lm.tokenizer)).to(device)
         logits = lm.model(**batch.model_inputs(), use_cache=False).logits
         total, count = token_nll(logits.to(batch.input_ids.device), batch)

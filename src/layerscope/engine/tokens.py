@@ -24,8 +24,8 @@ from ..errors import ExtractionError
 from ..models.info import input_device
 from ..models.load import LoadedModel
 from ..progress import steps
-from .batching import collate, pad_id, plan_batches, token_budget
-from .extract import last_capture, pre_norm_capture
+from .batching import MAX_TEXTS_PER_BATCH, collate, memory_budget, pad_id, plan_batches
+from .capture import last_capture, pre_norm_capture
 from .guards import check_finite, encode
 from .massive import MASSIVE_RATIO, massive_any_layer
 
@@ -60,7 +60,8 @@ class TokenStates:
 
 
 @torch.inference_mode()
-def token_states(lm: LoadedModel, texts: Sequence[str], *, batch_size: int = 16, max_length: int | None = None,
+def token_states(lm: LoadedModel, texts: Sequence[str], *, batch_size: int | None = None,
+                 max_length: int | None = None,
                  progress: bool | None = None) -> TokenStates:
     """``ExtractionError`` before any forward pass for a text longer than the model's maximum positions
     (``max_length`` truncates), and after a batch whose hidden states hold NaN or inf, naming layer and text."""
@@ -72,7 +73,8 @@ def token_states(lm: LoadedModel, texts: Sequence[str], *, batch_size: int = 16,
     layers = np.empty((lm.info.n_layers + 1, offsets[-1], lm.info.hidden_size), dtype=np.float32)
     pre_norm = np.empty((offsets[-1], lm.info.hidden_size), dtype=np.float32)
     device = input_device(lm.model)
-    batches = plan_batches(lengths, batch_size, token_budget(lm.info.vocab_size))
+    batches = plan_batches(lengths, batch_size or MAX_TEXTS_PER_BATCH,
+                           memory_budget(lm.model, lm.info.vocab_size, lm.info.n_layers + 2))
     for index in steps(batches, f"token states {lm.info.name}", "batch") if progress is not False else batches:
         batch = collate([ids[i] for i in index], index, pad_id(lm.tokenizer)).to(device)
         with pre_norm_capture(lm.model) as captured:

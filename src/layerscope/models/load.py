@@ -2,9 +2,13 @@
 
     lm = load_model("smollm2-135m")                  # offline zoo (default)
     lm = load_model("EleutherAI/pythia-410m@step3000", dtype="bfloat16")   # hub id
+    lm = load_model("smollm2-135m", dtype="auto")    # = dtype=None: bfloat16 on CUDA, float32 on CPU
     lm = load_model("path/to/folder")  /  load_model("model.Q4_K_M.gguf")
     lm = LoadedModel.wrap(model, tokenizer, name="my-model")   # objects you built
     lm.model, lm.tokenizer, lm.info.n_layers, lm.info.weights_hash
+
+Weights go straight from the files to the target device in the target dtype (``device_map={"": device}``):
+no float32 copy of the whole model is ever made on the host (benchmarks/load_rss.py measures the peak).
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ from .spec import split_revision
 from .zoo import DEFAULT_MODEL, ZOO, converted_gguf, zoo_folder
 
 log = logging.getLogger(__name__)
+
+AUTO_DTYPE = "auto"
+"""The dtype name that means "pick from the device": :func:`default_dtype`."""
 
 DTYPES = {
     "float32": torch.float32,
@@ -55,15 +62,29 @@ class LoadedModel:
         return cls(model=model, tokenizer=tokenizer, info=info)
 
 
-def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
-    if dtype is None:
-        return torch.float32
+def default_dtype(device: torch.device) -> torch.dtype:
+    """``default_dtype(torch.device("cuda"))`` -> ``torch.bfloat16``: the dtype ``dtype=None`` or ``"auto"``
+    loads in on ``device``: bfloat16 on CUDA (half the memory, the dtype most checkpoints ship in), float32
+    elsewhere (CPU results stay exact and unchanged)."""
+    return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+
+
+def is_dtype_name(dtype: object) -> bool:
+    """``is_dtype_name("bf16")`` -> True: whether ``dtype`` is ``None``, ``"auto"`` or a name in ``DTYPES``."""
+    return dtype is None or (isinstance(dtype, str) and dtype.lower() in (AUTO_DTYPE, *DTYPES))
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: str | torch.device | None = None) -> torch.dtype:
+    """``resolve_dtype("bf16")`` -> ``torch.bfloat16``; ``None`` or ``"auto"``: :func:`default_dtype` of
+    ``device`` (``None``: the device :func:`resolve_device` picks; a given one is not checked for being present)."""
     if isinstance(dtype, torch.dtype):
         return dtype
-    try:
-        return DTYPES[dtype.lower()]
-    except KeyError:
-        raise ModelLoadError(f"unknown dtype '{dtype}'; use one of float32, float16, bfloat16") from None
+    if not is_dtype_name(dtype):
+        raise ModelLoadError(f"unknown dtype '{dtype}'; use auto, float32, float16 or bfloat16 "
+                             "(auto: bfloat16 on CUDA, float32 on CPU)")
+    if dtype is None or dtype.lower() == AUTO_DTYPE:
+        return default_dtype(resolve_device(None) if device is None else torch.device(device))
+    return DTYPES[dtype.lower()]
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -86,27 +107,31 @@ def load_model(
     device_map: str | None = None,
     revision: str | None = None,
 ) -> LoadedModel:
-    """Load a causal LM and its tokenizer, every parameter in one ``dtype`` (default float32).
+    """Load a causal LM and its tokenizer, every parameter in one ``dtype`` (default ``"auto"``: bfloat16 on CUDA,
+    float32 on CPU; the dtype used is recorded in ``info.dtype``).
 
     ``spec`` is a zoo name (``smollm2-135m``, ``gemma3-270m``), a local folder, a ``.gguf``
     file, or a Hugging Face hub id, optionally ``ID@REVISION``. ``device`` defaults to CUDA
     when present, else CPU; ``device_map="auto"`` spreads a big model over all GPUs instead
-    (every weight must fit: weights offloaded to CPU or disk are an error). A :class:`LoadedModel`
+    (every weight must fit: weights offloaded to CPU or disk are an error). The weights are read straight onto
+    the device in ``dtype``, with no float32 host copy first. A :class:`LoadedModel`
     (``LoadedModel.wrap(...)``) is returned as it is, so one can stand wherever a spec does.
     """
     if isinstance(spec, LoadedModel):
         return spec
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch_dtype = resolve_dtype(dtype)
+    # the device first (a missing GPU fails before any loading), then the dtype that follows from it
+    target = resolve_device(device if device_map is None else None)
+    torch_dtype = resolve_dtype(dtype, target)
     if revision is None:
         spec, revision = split_revision(spec)
     source, is_hub = _resolve_source(spec)
-    kwargs = {"dtype": torch_dtype}
+    # device_map={"": device}: every tensor is read from the files straight onto the device in torch_dtype
+    # (transformers 5 always loads this way; low_cpu_mem_usage is gone and ignored)
+    kwargs = {"dtype": torch_dtype, "device_map": device_map if device_map is not None else {"": target}}
     if revision is not None:
         kwargs["revision"] = revision
-    if device_map is not None:
-        kwargs["device_map"] = device_map
     if is_hub and not _hub_reachable():
         kwargs["local_files_only"] = True
     if not is_hub:
@@ -133,9 +158,8 @@ def load_model(
     check_decoder_config(model, spec)
     check_trained(model, loading, spec)
     _check_resident(model, spec)
-    if device_map is None:
-        model.to(device=resolve_device(device))
-    model.to(dtype=torch_dtype)  # some checkpoints keep norms or buffers in another dtype
+    # some checkpoints keep norms or buffers in another dtype; a tensor already in torch_dtype is kept, not copied
+    model.to(dtype=torch_dtype)
     mixed = {p.dtype for p in model.parameters()} - {torch_dtype}
     if mixed:
         raise ModelLoadError(f"parameters stayed in {mixed} after casting to {torch_dtype}")

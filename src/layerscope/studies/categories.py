@@ -3,12 +3,14 @@ categories, each category's uniformity asymmetry (UA) and mean preference, and r
 
     pairs = study_pairs(config.dataset, config.drop_category)   # >= 4 categories, also without the dropped one
     cats, n_cat = pairs.pair_categories(), len(pairs.categories)
-    ua = category_ua(run.a("mean"), run.b("mean"), cats, n_cat)   # (n_cat, n_layers + 1)
-    pref = category_pref(run.pref, cats, n_cat)                    # (n_cat,)
-    tests = category_tests(ua[:, layers], pref, Significance())    # per tested layer: r as "value", p, p_perm, CI
+    ua = category_ua(run.a("mean"), run.b("mean"), cats, n_cat, layers)   # (n_cat, len(layers)), a layer at a time
+    pref = category_pref(run.pref, cats, n_cat)                              # (n_cat,)
+    tests = category_tests(ua, pref, Significance())   # per column (tested layer): r as "value", p, p_perm, CI
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -37,12 +39,19 @@ def study_pairs(dataset: str | None, drop_category: str | None = None) -> PairDa
     return pairs
 
 
-def category_ua(a: np.ndarray, b: np.ndarray, cats: np.ndarray, n_cat: int) -> np.ndarray:
-    """UA per category and layer: uniformity of its A statements minus that of its B statements.
+def category_ua(a, b, cats: np.ndarray, n_cat: int, layers: Sequence[int]) -> np.ndarray:
+    """UA per category at each of ``layers``: uniformity of its A statements minus that of its B statements.
 
-    a, b: (n_pairs, n_layers + 1, d); cats: (n_pairs,) category index -> (n_cat, n_layers + 1).
+    ``category_ua(run.a("mean"), run.b("mean"), cats, n_cat, [0, 4, 8])``. a, b: (n_pairs, n_layers + 1, d)
+    :class:`~..engine.layers.LayerStack` (or arrays), read one layer at a time (``a[:, l]``: (n_pairs, d)), so only
+    ``layers`` are ever read; cats: (n_pairs,) category index -> (n_cat, len(layers)), column j = layer
+    ``layers[j]``.
     """
-    return np.stack([uniformity(a[cats == c]) - uniformity(b[cats == c]) for c in range(n_cat)])
+    ua = np.empty((n_cat, len(layers)))
+    for column, layer in enumerate(layers):
+        a_l, b_l = a[:, layer], b[:, layer]  # (n_pairs, d) each
+        ua[:, column] = [uniformity(a_l[cats == c]) - uniformity(b_l[cats == c]) for c in range(n_cat)]
+    return ua
 
 
 def category_pref(pref: np.ndarray, cats: np.ndarray, n_cat: int) -> np.ndarray:

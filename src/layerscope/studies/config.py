@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import short
 from ..models import DEFAULT_MODEL, ZOO, LoadedModel
+from ..models.load import is_dtype_name
 from ..models.spec import path_exists, split_revision
 from .registry import get_study
 from .settings import ConfigError, Settings, absolute_path, parse_layers, select_layers
@@ -66,8 +67,12 @@ class StudyConfig:
                                "statistics. Default: the corrected method.", default=None)
     ci_level: float = _help("Confidence level of the intervals.", default=0.95)
     seed: int = _help("Random seed for resampling.", default=42)
-    batch_size: int = _help("Texts per forward pass.", default=16)
-    dtype: str = _help("One dtype for every parameter: float32, float16, bfloat16.", default="float32")
+    batch_size: int | None = _help("Texts per forward pass. Default: planned from the device's memory (a token "
+                                   "budget); a GPU out-of-memory error halves it.", default=None)
+    store_dtype: str = _help("How pooled vectors are cached: float32, or float16 for half the disk.",
+                             default="float32")
+    dtype: str = _help("One dtype for every parameter: auto, float32, float16, bfloat16. "
+                       "Default: bfloat16 on CUDA, float32 on CPU.", default="auto")
     device: str | None = _help("cpu, cuda or cuda:N; default: cuda if present, else cpu.", default=None)
     device_map: str | None = _help("'auto' spreads one big model over every GPU of the machine (accelerate); "
                                    "default: the whole model on --device.", default=None)
@@ -114,8 +119,15 @@ class StudyConfig:
         if self.max_length is not None and self.max_length < 2:
             raise ConfigError(f"--max-length {self.max_length} is too short; a text needs at least 2 tokens "
                               "(one to predict from, one to predict)")
-        if self.batch_size < 1:
-            raise ConfigError(f"batch size must be at least 1, got {self.batch_size}")
+        if self.batch_size is not None and (isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int)
+                                            or self.batch_size < 1):
+            raise ConfigError(f"batch size must be a whole number of at least 1, got {short(self.batch_size)}; "
+                              "leave it out to plan batches from memory")
+        if not is_dtype_name(self.dtype):
+            raise ConfigError(f"unknown dtype {short(self.dtype)}; use auto (bfloat16 on CUDA, float32 on CPU), "
+                              "float32, float16 or bfloat16")
+        if self.store_dtype not in ("float32", "float16"):
+            raise ConfigError(f"unknown store dtype {short(self.store_dtype)}; use float32 or float16")
         if self.device_map not in (None, "auto"):
             raise ConfigError(f"unknown device map {short(self.device_map)}; use 'auto' or leave it out")
 

@@ -4,9 +4,10 @@
     without_category(pairs, config.drop_category)      # a bad name fails here, before any model loads
     summaries, rows, manifest = analyse_pairs(config, pairs, lambda run: analyse_model(run, run.layers))
 
-where ``run`` is a :class:`PairRun`: ``run.a("mean")`` is (n_pairs, n_layers + 1, d) for the A
-statements, ``run.pref`` is (n_pairs,) NLL(B) - NLL(A) (> 0: the model prefers A), and
-``run.without("numeric_vs_named")`` is the same run on the other categories' pairs.
+where ``run`` is a :class:`PairRun`: ``run.a("mean")`` is a lazy (n_pairs, n_layers + 1, d) stack for the A
+statements (``run.a("mean")[:, l]`` reads layer l alone, (n_pairs, d)), ``run.pref`` is (n_pairs,)
+NLL(B) - NLL(A) (> 0: the model prefers A), and ``run.without("numeric_vs_named")`` is the same run on the
+other categories' pairs.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 
 from ..data import PairDataset
 from ..engine import Activations, extract
+from ..engine.layers import LayerStack
 from ..models import ModelInfo
 from .config import ConfigError, StudyConfig, select_layers
 from .manifest import add_timings, dataset_entry, manifest, model_entry
@@ -42,10 +44,11 @@ class PairRun:
     def info(self) -> ModelInfo:
         return self.acts.model
 
-    def a(self, pooling: str) -> np.ndarray:
+    def a(self, pooling: str) -> LayerStack:
+        """The A statements' vectors, (n_pairs, n_layers + 1, d), read one layer at a time: ``run.a("mean")[:, l]``."""
         return self.acts.pooled[pooling][0::2]
 
-    def b(self, pooling: str) -> np.ndarray:
+    def b(self, pooling: str) -> LayerStack:
         return self.acts.pooled[pooling][1::2]
 
     @property
@@ -73,9 +76,12 @@ class PairRun:
             raise ValueError(f"unknown stage {stage!r}; use one of {STAGES}")
         if not self.acts.pre_norm:
             raise ValueError("these activations hold no pre-norm states; extract them again")
-        acts = dataclasses.replace(self.acts, pooled={p: _with_last(x, self.acts.pre_norm[p])
+        final = self.info.n_layers
+        if final not in self.acts.layers:  # the final layer was not extracted: nothing to swap
+            return dataclasses.replace(self, stage=stage)
+        acts = dataclasses.replace(self.acts, pooled={p: x.with_layer(final, self.acts.pre_norm[p])
                                                       for p, x in self.acts.pooled.items()},
-                                   pre_norm={p: x[:, -1] for p, x in self.acts.pooled.items()})
+                                   pre_norm={p: x[:, final] for p, x in self.acts.pooled.items()})
         return dataclasses.replace(self, acts=acts, stage=stage)
 
     def mean_from(self, pooling: str) -> PairRun:
@@ -130,13 +136,6 @@ def check_runs(run: PairRun, pooling: str, categories: bool = True) -> list[tupl
     return out
 
 
-def _with_last(x: np.ndarray, last: np.ndarray) -> np.ndarray:
-    """(n, n_layers + 1, d) ``x`` with its last layer replaced by ``last`` (n, d), as a new array."""
-    out = x.copy()
-    out[:, -1] = last
-    return out
-
-
 def category_index(pairs: PairDataset, name: str) -> int:
     """Position of category ``name`` in ``pairs.categories``; ``ConfigError`` naming the categories if absent."""
     names = [c.name for c in pairs.categories]
@@ -173,14 +172,24 @@ def select_pairs(pairs: PairDataset, index: np.ndarray) -> PairDataset:
 
 
 def pair_runs(config: StudyConfig, pairs: PairDataset, timings: dict[str, float]) -> Iterator[PairRun]:
-    """Yield one :class:`PairRun` per model; each model is freed before the next loads."""
+    """Yield one :class:`PairRun` per model; each model is freed before the next loads.
+
+    Only the tested layers are pooled and stored, with the final layer ``n_layers`` (the divergence study's seed
+    compat headline, tested or not)."""
     for run in each_model(config, timings):
         layers = select_layers(config.layer_spec, run.info.n_layers, run.info.name)  # fail before extracting
-        acts = extract(run.lm, pairs.texts(), compat=config.compat, batch_size=config.batch_size,
-                       max_length=config.max_length, cache=config.cache)
+        acts = extract(run.lm, pairs.texts(), layers=extracted_layers(layers, run.info.n_layers),
+                       compat=config.compat, batch_size=config.batch_size, max_length=config.max_length,
+                       store_dtype=config.store_dtype, cache=config.cache)
         run.mark("extract_s")
         run.release()
         yield PairRun(acts=acts, pairs=pairs, layers=layers)
+
+
+def extracted_layers(layers: list[int], n_layers: int) -> list[int]:
+    """The hidden states a pair study reads: its tested ``layers`` and the final one, ``n_layers`` (the divergence
+    study's seed-compat headline layer, which it reads even where it is not tested)."""
+    return sorted({*layers, n_layers})
 
 
 def analyse_pairs(config: StudyConfig, pairs: PairDataset, analyse: Callable[[PairRun], tuple[dict, list[dict]]]
@@ -190,13 +199,12 @@ def analyse_pairs(config: StudyConfig, pairs: PairDataset, analyse: Callable[[Pa
     Returns the summaries by model name, every table row, and the manifest (with timings).
     """
     timings: dict[str, float] = {}
-    summaries, rows, done = {}, [], []
+    summaries, rows, models = {}, [], []
     for run in pair_runs(config, pairs, timings):
         start = time.perf_counter()
         summaries[run.info.name], model_rows = analyse(run)
         rows += model_rows
-        done.append(run.acts)
+        models.append(model_entry(run.acts.model, run.acts))  # not the activations: each run's go once analysed
         add_timings(timings, analysis_s=time.perf_counter() - start)
-    models = [model_entry(acts.model, acts) for acts in done]
     return summaries, rows, manifest(config, models, dataset_entry(pairs), timings)
 

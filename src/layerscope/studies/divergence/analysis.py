@@ -1,9 +1,9 @@
 """Divergence (seed 002): per layer and pooling, does the uniformity asymmetry of a category's
 A vs B statements track the model's preference between them?
 
-    ua = category_ua(run.a("mean"), run.b("mean"), cats, n_cat)   # (n_cat, n_layers + 1), from ..categories
-    pref = category_pref(run.pref, cats, n_cat)                    # (n_cat,)
-    r, p = pearson(ua[:, layer], pref)                             # metric r_ua_pref
+    ua = category_ua(run.a("mean"), run.b("mean"), cats, n_cat, layers)   # (n_cat, len(layers)), from ..categories
+    pref = category_pref(run.pref, cats, n_cat)                              # (n_cat,)
+    r, p = pearson(ua[:, j], pref)                                           # metric r_ua_pref at layer layers[j]
     summary, rows = analyse_model(run, run.layers, drop_category="numeric_vs_named")   # summary: DivergenceModel
 
 By default the analysis runs on ``run.at_stage("pre_norm")`` (layer n_layers is the last block's output before the
@@ -212,19 +212,20 @@ def analyse_subset(run: PairRun, layers: list[int], sig: Significance
     verdicts: dict[str, PoolingVerdict] = {}
     profiles, points, throughout, noise, significant, uas = {}, {}, {}, {}, {}, {}
     for pooling in POOLINGS:
-        ua = category_ua(run.a(pooling), run.b(pooling), cats, n_cat)
-        uas[pooling] = ua[:, layers]
-        stats = dict(zip(columns, category_tests(ua[:, columns], pref, sig), strict=False))
+        ua = category_ua(run.a(pooling), run.b(pooling), cats, n_cat, columns)  # (n_cat, len(columns))
+        at = {layer: ua[:, column] for column, layer in enumerate(columns)}  # layer -> its UA (n_cat,)
+        uas[pooling] = np.stack([at[layer] for layer in layers], axis=1)
+        stats = dict(zip(columns, category_tests(ua, pref, sig), strict=False))
         if not seed_mode:
             add_q([stats[layer] for layer in layers], "p_perm", level)
         for layer in layers:
             rows.append(layer_row(info.name, layer, final, "r_ua_pref", pooling=pooling, n=n_cat, **stats[layer]))
-            rows += [layer_row(info.name, layer, final, "ua", ua[c, layer], pooling=pooling,
+            rows += [layer_row(info.name, layer, final, "ua", at[layer][c], pooling=pooling,
                                n=int((cats == c).sum()), category=cat.name)
                      for c, cat in enumerate(pairs.categories)]
         check_rows("divergence", rows, VERDICT_METRICS)  # the inputs of every r, before any verdict
-        where, checked = (f"layer {final}", ua[:, final]) if seed_mode else (f"tested layers {layer_span(layers)}",
-                                                                             ua[:, layers])
+        where, checked = (f"layer {final}", at[final]) if seed_mode else (f"tested layers {layer_span(layers)}",
+                                                                          uas[pooling])
         check_values("divergence", info.name, f"{where} category UA ({pooling} pooling)", checked)
         profiles[pooling] = [stats[layer]["value"] for layer in layers]
         points[pooling], throughout[pooling] = sign_summary(layers, profiles[pooling])
@@ -233,10 +234,10 @@ def analyse_subset(run: PairRun, layers: list[int], sig: Significance
                                  "p": defined(stats[final]["p"]), "label": interpret(stats[final]["value"])}
             continue
         points[pooling], noise[pooling] = sign_flips(layers, uas[pooling], pref, level)
-        shared = pooling == "first" and np.array_equal(run.a("first"), run.b("first"))
-        verdicts[pooling] = verdict(pooling, head, stats[head], ua[:, head], pref, names, level,
+        shared = pooling == "first" and shared_first(run, layers)
+        verdicts[pooling] = verdict(pooling, head, stats[head], at[head], pref, names, level,
                                     run.stage if head == final else None, SHARED_FIRST if shared else None)
-        rows += control_rows(run, ua[:, layers], layers, pooling, sig)
+        rows += control_rows(run, uas[pooling], layers, pooling, sig)
         significant[pooling] = [layer for layer in layers if stats[layer]["significant"]]
     summary: DivergenceModel = {
         "n_layers": final,
@@ -257,6 +258,13 @@ def analyse_subset(run: PairRun, layers: list[int], sig: Significance
                    not_applicable={pooling: SHARED_FIRST_WHY for pooling, v in verdicts.items()
                                    if v["label"] == SHARED_FIRST})
     return summary, with_stage(rows, final, run.stage), (uas, pref)
+
+
+def shared_first(run: PairRun, layers: list[int]) -> bool:
+    """Whether every pair's A and B first-token vectors are equal at each of ``layers``, read one layer at a time
+    (stops at the first layer that differs)."""
+    a, b = run.a("first"), run.b("first")
+    return all(np.array_equal(a[:, layer], b[:, layer]) for layer in layers)
 
 
 def control_rows(run: PairRun, ua: np.ndarray, layers: list[int], pooling: str, sig: Significance) -> list[dict]:

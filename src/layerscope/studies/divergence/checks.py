@@ -66,7 +66,7 @@ def token_checks(run: PairRun, layers: list[int], pref: np.ndarray, head: Poolin
         if name == NORM_CHECK and final not in layers:
             continue  # the final norm changes layer n_layers only, which is not tested
         for pooling in POOLINGS if name == NORM_CHECK else ("mean",):
-            ua = category_ua(check.a(pooling), check.b(pooling), cats, len(names))[:, layers]
+            ua = category_ua(check.a(pooling), check.b(pooling), cats, len(names), layers)
             check_values("divergence", info.name, f"{name}: category UA ({pooling} pooling)", ua)
             tests = tested_profile(ua, pref, sig)
             if pooling == "mean":

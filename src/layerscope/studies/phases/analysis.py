@@ -4,7 +4,7 @@ sensitivity checks.
 
     summary, rows = analyse_run(run, config)    # what Phases.run computes per model; default: pre-norm, checks
     summary, rows = analyse_model(run, run.layers, "mean", 10_000, 0.95, 42, None)   # the same, settings by hand
-    x = centroid_asymmetry(run.a("mean"), run.b("mean"), leave_one_out=True)[:, layers]   # (n_pairs, k)
+    x = pair_asymmetry(run.a("mean"), run.b("mean"), True, layers)   # (n_pairs, k), one layer read at a time
     profile = tested_profile(x, run.pref, Method(n_bootstrap=10_000))   # per layer r, p_perm, BCa CI, q
     samples = phase_bootstrap(x, run.pref, {"early": [0, 1], "late": [4, 5]}, index_batches(n, 10_000, 42, k))
     label, text = interval_pattern({"early": (lo, hi), "mid": ..., "late": ..., "late - early": ...})
@@ -261,11 +261,18 @@ def analyse(run: PairRun, layers: list[int], pooling: str, method: Method, drop_
     return summary, rows
 
 
+def pair_asymmetry(a, b, leave_one_out: bool, layers: list[int]) -> np.ndarray:
+    """``pair_asymmetry(run.a("mean"), run.b("mean"), True, layers)``: centroid asymmetry per pair at each of
+    ``layers`` (n_pairs, len(layers)), reading one layer of ``a`` and ``b`` (each (n_pairs, n_layers + 1, d)) at a
+    time."""
+    return np.stack([centroid_asymmetry(a[:, layer], b[:, layer], leave_one_out) for layer in layers], axis=1)
+
+
 def slim(run: PairRun, pooling: str) -> PairRun:
     """``run`` holding only the poolings the analysis and its checks read (each check copies what it holds)."""
     keep = {pooling, *TOKEN_CHECKS.values()} if pooling == "mean" else {pooling}
     acts = dataclasses.replace(run.acts, pooled={p: x for p, x in run.acts.pooled.items() if p in keep},
-                               pre_norm={p: x for p, x in run.acts.pre_norm.items() if p in keep})
+                               pre_norm={p: run.acts.pre_norm[p] for p in run.acts.pre_norm if p in keep})
     return dataclasses.replace(run, acts=acts)
 
 
@@ -298,20 +305,23 @@ def analyse_subset(run: PairRun, layers: list[int], pooling: str, method: Method
                    ) -> tuple[PhasesModel, list[dict]]:
     """Summary and rows of one model on the pairs of ``run``: :func:`verdicts` and, by default, the controls (rho,
     summed preference, the other centroid variant)."""
-    summary, rows = verdicts(run, layers, pooling, method)
+    x = pair_asymmetry(run.a(pooling), run.b(pooling), method.centroids == "loo", layers)
+    summary, rows = verdicts(run, layers, pooling, method, x)
     if not method.seed_compat:
-        x = centroid_asymmetry(run.a(pooling), run.b(pooling), leave_one_out=method.centroids == "loo")[:, layers]
         profile = [r for r in rows if r["metric"] == "r_centroid_pref"]
         other_rows, summary["loo_vs_self"] = centroid_comparison(run, layers, pooling, method, profile)
         rows += control_rows(run, x, layers, pooling, method) + other_rows
     return summary, rows
 
 
-def verdicts(run: PairRun, layers: list[int], pooling: str, method: Method) -> tuple[PhasesModel, list[dict]]:
+def verdicts(run: PairRun, layers: list[int], pooling: str, method: Method, x: np.ndarray | None = None
+             ) -> tuple[PhasesModel, list[dict]]:
     """Summary (profile, phases, pattern, late-layer verdict) and rows (``r_centroid_pref`` per tested layer,
-    ``phase_mean`` per phase, by default ``phase_difference``) of ``run``; the inputs of every r checked finite."""
+    ``phase_mean`` per phase, by default ``phase_difference``) of ``run``; the inputs of every r checked finite.
+    ``x``: its :func:`pair_asymmetry` (n_pairs, len(layers)) when already computed."""
     info, n_pairs = run.info, len(run.pref)
-    x = centroid_asymmetry(run.a(pooling), run.b(pooling), leave_one_out=method.centroids == "loo")[:, layers]
+    if x is None:
+        x = pair_asymmetry(run.a(pooling), run.b(pooling), method.centroids == "loo", layers)
     check_values("phases", info.name, "output preference NLL(B) - NLL(A)", run.pref)  # the inputs of every r
     for column, layer in enumerate(layers):
         check_values("phases", info.name, f"layer {layer} centroid asymmetry ({pooling} pooling)", x[:, column])
@@ -381,7 +391,7 @@ def centroid_comparison(run: PairRun, layers: list[int], pooling: str, method: M
     """Rows ``r_centroid_pref_<other>`` with the other centroid variant than ``method.centroids`` (whose
     ``profile`` is given), and the layer where r(leave-one-out) - r(self-including) is largest in size."""
     other = "self" if method.centroids == "loo" else "loo"
-    x_other = centroid_asymmetry(run.a(pooling), run.b(pooling), leave_one_out=other == "loo")[:, layers]
+    x_other = pair_asymmetry(run.a(pooling), run.b(pooling), other == "loo", layers)
     tests = add_q(pearson_tests(x_other, run.pref, method.n_permutations, method.seed), "p_perm", method.level)
     rows = [layer_row(run.info.name, layer, run.info.n_layers, f"r_centroid_pref_{other}", pooling=pooling,
                       n=len(run.pref), centroids=other, **test) for layer, test in zip(layers, tests, strict=False)]

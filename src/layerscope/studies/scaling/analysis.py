@@ -50,7 +50,7 @@ def category_inputs(run: PairRun, layers: list[int], pooling: str) -> tuple[np.n
     """``ua, pref = category_inputs(run, layers, "mean")``: category UA (n_cat, len(layers)) and category preference
     (n_cat,), each checked finite (``NonFiniteError`` naming the layer) before any r is computed from them."""
     cats, n_cat = run.pairs.pair_categories(), len(run.pairs.categories)
-    ua = category_ua(run.a(pooling), run.b(pooling), cats, n_cat)[:, layers]
+    ua = category_ua(run.a(pooling), run.b(pooling), cats, n_cat, layers)
     pref = category_pref(run.pref, cats, n_cat)
     check_values("scaling", run.info.name, "category preference NLL(B) - NLL(A)", pref)  # before any r
     for column, layer in enumerate(layers):

@@ -1,0 +1,293 @@
+"""Time ``extract`` on one CUDA GPU with 7-8B-parameter model shapes against a bare forward pass.
+
+    .venv/bin/python benchmarks/extract_gpu.py [--models llama-3.1-8b pythia-6.9b] [--repeats 3]
+    .venv/bin/python benchmarks/extract_gpu.py --tiny-cpu     # the same code path on a tiny shape, on the CPU
+
+Without a CUDA GPU (and without ``--tiny-cpu``) it says so and exits with status 2.
+
+Models: Llama-3.1-8B-shaped (hidden 4096, 32 layers, 32 heads, 8 KV heads, MLP 14336, vocab 128256, RoPE theta
+500000, 8192 positions) and Pythia-6.9B-shaped (GPT-NeoX: hidden 4096, 32 layers, 32 heads, MLP 16384, vocab
+50432, rotary on 25% of each head, 2048 positions), both built from configs written here: parameters on the meta
+device, then ``to_empty`` on the GPU and a cheap random init in bfloat16 (matrices normal(0, 0.02), norm weights 1,
+biases 0; the rotary buffers recomputed). Nothing is downloaded. The tokenizer is SmolLM2's from layerscope's zoo
+(only token ids matter; its 49,152 ids fit both vocabularies).
+
+Workload, the seeds' shape: 460 texts (230 A/B pairs) made from the bundled statements (one joined to the next
+until it has 15 tokens, cut at 40), every layer, the poolings mean, last and first, and the NLL.
+Per model, each the best of ``--repeats`` interleaved runs after a warm-up:
+  extract         layerscope.extract(cache=False), its own batch plan (batch_size=None)
+  extract+cache   the same into a fresh cache folder (the store written to disk)
+  raw             length-sorted batches through model(...) with nothing kept, at the fastest of 16 .. 256 texts
+Prints texts/s, the auto plan's texts per batch, the peak GPU memory of each (``max_memory_allocated``, reset
+before every run) and extract's time over raw's, then a markdown table for the README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+N_PAIRS = 230
+MIN_TOKENS, MAX_TOKENS = 15, 40
+POOLINGS = ("mean", "last", "first")
+RAW_BATCH_SIZES = (16, 32, 64, 128, 256)
+
+
+def model_configs(tiny: bool) -> dict:
+    """name -> transformers config: the real shapes, or ``tiny`` ones (hidden 64, 2 layers) for a CPU check."""
+    from transformers import GPTNeoXConfig, LlamaConfig
+
+    if tiny:
+        return {
+            "llama-tiny": LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                      intermediate_size=128, vocab_size=49152, max_position_embeddings=512,
+                                      rope_parameters={"rope_type": "default", "rope_theta": 500000.0}),
+            "pythia-tiny": GPTNeoXConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                         intermediate_size=256, vocab_size=49152, max_position_embeddings=512,
+                                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                          "partial_rotary_factor": 0.25}),
+        }
+    return {
+        "llama-3.1-8b": LlamaConfig(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32,
+                                    num_key_value_heads=8, intermediate_size=14336, vocab_size=128256,
+                                    max_position_embeddings=8192, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                                    rope_parameters={"rope_type": "default", "rope_theta": 500000.0}),
+        "pythia-6.9b": GPTNeoXConfig(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32,
+                                     intermediate_size=16384, vocab_size=50432, max_position_embeddings=2048,
+                                     layer_norm_eps=1e-5, use_parallel_residual=True, tie_word_embeddings=False,
+                                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                      "partial_rotary_factor": 0.25}),
+    }
+
+
+@torch.no_grad()
+def build_random(config, device: torch.device, dtype: torch.dtype, seed: int = 0) -> torch.nn.Module:
+    """A causal LM of ``config`` with random weights on ``device``: built on the meta device (no memory, no init),
+    then ``to_empty`` and a cheap init per parameter; buffers (rotary frequencies) are recomputed on the CPU."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.to_empty(device=device)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    for name, param in model.named_parameters():
+        if param.ndim >= 2:
+            param.normal_(0.0, 0.02, generator=generator)
+        elif name.endswith("bias"):
+            param.zero_()
+        else:  # a norm's scale
+            param.fill_(1.0)
+    for module in model.modules():
+        own = dict(module.named_buffers(recurse=False))
+        if not own:
+            continue
+        try:
+            fresh = type(module)(module.config)  # rotary embeddings: buffers computed from the config
+        except Exception as exc:
+            raise RuntimeError(f"cannot recompute the buffers {sorted(own)} of {type(module).__name__} after "
+                               f"to_empty ({exc}); initialise that module by hand in build_random") from exc
+        for key, buffer in fresh.named_buffers(recurse=False):
+            own[key].copy_(buffer.to(own[key].dtype))
+    return model.eval()
+
+
+def smollm2_tokenizer():
+    """SmolLM2's tokenizer from layerscope's zoo folder (converted once by ``load_model``; no weights are loaded)."""
+    from transformers import AutoTokenizer
+
+    from layerscope.models.zoo import zoo_folder
+
+    return AutoTokenizer.from_pretrained(zoo_folder("smollm2-135m"))
+
+
+def seed_texts(tokenizer, n_pairs: int = N_PAIRS) -> list[str]:
+    """``[a0, b0, a1, b1, ...]`` (2 * n_pairs) from the bundled statements: pair k starts from bundled pair
+    k mod n and joins the next statements of the same side until it has ``MIN_TOKENS`` tokens (``extract`` and
+    the raw pass cut it at ``MAX_TOKENS``)."""
+    from layerscope import load_pairs
+
+    pairs = [p for c in load_pairs().categories for p in c.pairs]
+    texts = []
+    for k in range(n_pairs):
+        for side in (0, 1):
+            parts, step = [], k // len(pairs) + 1
+            while len(tokenizer(" ".join(parts))["input_ids"]) < MIN_TOKENS:
+                parts.append(pairs[(k + len(parts) * step) % len(pairs)][side])
+            texts.append(" ".join(parts))
+    return texts
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_gib(device: torch.device) -> float:
+    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
+
+
+@torch.inference_mode()
+def raw_pass(lm, ids: list[list[int]], batch_size: int) -> None:
+    """Length-sorted batches of ``batch_size`` texts through the model, nothing kept (logits freed per batch)."""
+    from layerscope.engine.batching import collate, pad_id, plan_batches
+    from layerscope.models import input_device
+
+    device = input_device(lm.model)
+    for index in plan_batches([len(x) for x in ids], batch_size):
+        batch = collate([ids[i] for i in index], index, pad_id(lm.tokenizer)).to(device)
+        lm.model(**batch.model_inputs(), use_cache=False)
+    sync(device)
+
+
+@dataclass
+class Timing:
+    seconds: float = float("inf")
+    peak_gib: float = float("nan")
+
+    def add(self, seconds: float, peak: float) -> None:
+        if seconds < self.seconds:
+            self.seconds, self.peak_gib = seconds, peak
+
+
+def bench_model(name: str, config, device: torch.device, tokenizer, texts: list[str], repeats: int) -> dict:
+    """Build ``config`` on ``device``, time extract / extract+cache / raw, free it; one table row."""
+    from layerscope import extract
+    from layerscope.engine.batching import memory_budget, tokenize
+    from layerscope.models import LoadedModel
+
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    if len(tokenizer) > config.vocab_size:
+        raise SystemExit(f"the tokenizer's {len(tokenizer)} ids do not fit {name}'s vocabulary of "
+                         f"{config.vocab_size}; give the config a larger vocab_size")
+    start = time.perf_counter()
+    model = build_random(config, device, dtype)
+    lm = LoadedModel.wrap(model, tokenizer, name=name)
+    params = sum(p.numel() for p in model.parameters())
+    print(f"{name}: {params / 1e9:.2f} B parameters, {dtype}, built and wrapped in {time.perf_counter() - start:.0f} s",
+          file=sys.stderr, flush=True)
+    ids = tokenize(tokenizer, texts, MAX_TOKENS)
+    budget = memory_budget(lm.model, lm.info.vocab_size, 0)
+    kwargs = {"poolings": POOLINGS, "max_length": MAX_TOKENS, "progress": False}
+
+    def run_extract(cache) -> tuple[float, int]:
+        folder = tempfile.mkdtemp(prefix="layerscope-gpu-") if cache else None
+        try:
+            reset_peak(device)
+            sync(device)
+            t0 = time.perf_counter()
+            acts = extract(lm, texts, cache=folder or False, **kwargs)
+            sync(device)
+            seconds = time.perf_counter() - t0
+            return seconds, acts.stats.batches
+        finally:
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
+
+    def run_raw(size: int) -> float:
+        reset_peak(device)
+        sync(device)
+        t0 = time.perf_counter()
+        raw_pass(lm, ids, size)
+        return time.perf_counter() - t0
+
+    run_extract(False)  # warm-up: kernels, allocator
+    for size in RAW_BATCH_SIZES:
+        run_raw(size)
+    plain, cached = Timing(), Timing()
+    raw = {size: Timing() for size in RAW_BATCH_SIZES}
+    batches = 0
+    for _ in range(repeats):
+        seconds, batches = run_extract(False)
+        plain.add(seconds, peak_gib(device))
+        seconds, _ = run_extract(True)
+        cached.add(seconds, peak_gib(device))
+        for size in RAW_BATCH_SIZES:
+            raw[size].add(run_raw(size), peak_gib(device))
+    best = min(raw, key=lambda size: raw[size].seconds)
+    n = len(texts)
+    for size in RAW_BATCH_SIZES:
+        print(f"  raw, {size:>3} texts per batch: {n / raw[size].seconds:8.1f} texts/s, "
+              f"peak {raw[size].peak_gib:.1f} GiB", file=sys.stderr)
+    row = {
+        "model": name, "params_b": params / 1e9, "texts": n, "extract_tps": n / plain.seconds,
+        "cached_tps": n / cached.seconds, "raw_tps": n / raw[best].seconds, "raw_batch": best,
+        "plan_texts_per_batch": n / batches, "plan_token_budget": budget, "extract_peak": plain.peak_gib,
+        "cached_peak": cached.peak_gib, "raw_peak": raw[best].peak_gib, "ratio": plain.seconds / raw[best].seconds,
+        "ratio_cached": cached.seconds / raw[best].seconds,
+    }
+    return row  # the model is freed with this frame: the caller collects it
+
+
+def table(rows: list[dict], device_label: str, tokens: np.ndarray) -> str:
+    head = (f"{device_label}; bfloat16 random weights; {rows[0]['texts']} texts of {tokens.min()}-{tokens.max()} "
+            f"tokens (median {int(np.median(tokens))}); every layer, poolings {', '.join(POOLINGS)}, NLL; "
+            "best of interleaved repeats\n\n")
+    lines = [
+        "| model | params | extract texts/s | extract+cache texts/s | raw texts/s (batch) | extract / raw time | "
+        "extract+cache / raw time | auto plan texts/batch | peak GPU GiB extract / +cache / raw |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['params_b']:.2f} B | {r['extract_tps']:.0f} | {r['cached_tps']:.0f} | "
+            f"{r['raw_tps']:.0f} ({r['raw_batch']}) | {r['ratio']:.2f} | {r['ratio_cached']:.2f} | "
+            f"{r['plan_texts_per_batch']:.0f} | {r['extract_peak']:.1f} / {r['cached_peak']:.1f} / "
+            f"{r['raw_peak']:.1f} |"
+        )
+    return head + "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=None, help="which shapes (default: all)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tiny-cpu", action="store_true", help="tiny shapes on the CPU: checks the code path only")
+    args = parser.parse_args()
+    if not args.tiny_cpu and not torch.cuda.is_available():
+        print("extract_gpu.py needs a CUDA GPU and none is available (torch.cuda.is_available() is False); run it "
+              "on a machine with one, or pass --tiny-cpu to check the code path on tiny shapes", file=sys.stderr)
+        return 2
+    os.environ.setdefault("LAYERSCOPE_PROGRESS", "0")
+    device = torch.device("cpu") if args.tiny_cpu else torch.device("cuda")
+    configs = model_configs(args.tiny_cpu)
+    names = args.models or list(configs)
+    unknown = sorted(set(names) - set(configs))
+    if unknown:
+        parser.error(f"unknown model {unknown}; choose from {', '.join(configs)}")
+    tokenizer = smollm2_tokenizer()
+    texts = seed_texts(tokenizer)
+    tokens = np.array([min(len(x), MAX_TOKENS) for x in tokenizer(texts)["input_ids"]])
+    label = (f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}" if device.type == "cuda"
+             else f"CPU ({torch.get_num_threads()} threads, tiny shapes: a code-path check, not a benchmark)")
+    rows = []
+    for name in names:
+        rows.append(bench_model(name, configs[name], device, tokenizer, texts, args.repeats))
+        gc.collect()  # the last model's weights go before the next is built
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        r = rows[-1]
+        print(f"{name}: extract {r['extract_tps']:.0f} texts/s, extract+cache {r['cached_tps']:.0f}, raw "
+              f"{r['raw_tps']:.0f} at {r['raw_batch']} per batch; extract / raw = {r['ratio']:.2f}; auto plan "
+              f"{r['plan_texts_per_batch']:.0f} texts per batch (budget {r['plan_token_budget']:,} tokens); peak "
+              f"GPU {r['extract_peak']:.1f} / {r['cached_peak']:.1f} / {r['raw_peak']:.1f} GiB", flush=True)
+    print()
+    print(table(rows, label, tokens))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,359 @@
+"""An extraction's arrays on disk, layer-major, written batch by batch and read one layer at a time.
+
+    store = LayerStore.open(folder, layout)        # created (atomically) or reopened
+    with store.locked():                           # one writer per entry, across processes
+        todo = store.missing()                     # (n_texts,) bool: rows not yet written and verified
+        store.write(start, arrays)                 # rows [start, start + B) of every array
+    store.pooled("mean")                           # a LayerStack reading pooled_mean.npy one layer at a time
+
+Rows are in *store order*: texts sorted longest first (stable), which no batch plan changes, so a
+batch is a contiguous run of rows and one layer of one batch is one contiguous write. Per pooling,
+``pooled_<p>.npy`` is ``(n_stored_layers, n_texts, d)``: layer ``l``'s ``(n_texts, d)`` block is
+contiguous. ``prenorm_<p>.npy`` is ``(n_texts, d)``; ``nll_sum``, ``n_scored``, ``n_tokens`` are ``(n_texts,)``.
+Readers turn rows back into the caller's order.
+
+Atomicity and corruption: the folder is created complete (sparse files) under a temp name and renamed.
+After a batch's rows are written, one line ``{"start", "stop", "sha256"}`` is appended to
+``journal.jsonl``; only journalled rows count as written. :meth:`open` hashes every journalled range
+again and forgets one whose bytes no longer match (a killed writer, a damaged disk), so those rows are
+computed again; a torn last journal line is ignored. Reading never holds more than one layer's block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+import weakref
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from filelock import FileLock
+
+from ..errors import CacheError
+from ..io import atomic_write_bytes, atomic_write_json, is_disk_full
+from ..paths import cache_error
+from .layers import LayerSource, LayerStack
+
+log = logging.getLogger(__name__)
+
+STALE_TEMP_S = 600.0
+"""A temp folder or file this old is a killed writer's."""
+
+SCALARS = {"nll_sum": "float64", "n_scored": "int64", "n_tokens": "int64"}
+"""Per-text arrays, (n_texts,), and their dtypes."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a store holds: sizes, which hidden states and poolings, how pooled vectors are stored."""
+
+    n_texts: int
+    n_states: int
+    """Hidden states 0 .. n_layers, stored or not."""
+    d: int
+    layers: tuple[int, ...]
+    poolings: tuple[str, ...]
+    store_dtype: str = "float32"
+
+    def shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """file key -> (shape, dtype) of every array."""
+        out = {f"pooled_{p}": ((len(self.layers), self.n_texts, self.d), self.store_dtype) for p in self.poolings}
+        out.update({f"prenorm_{p}": ((self.n_texts, self.d), self.store_dtype) for p in self.poolings})
+        out.update({k: ((self.n_texts,), dtype) for k, dtype in SCALARS.items()})
+        return out
+
+
+class LayerStore:
+    """Layer-major arrays in one folder; see the module docstring. Build with :meth:`open` or :meth:`temporary`."""
+
+    def __init__(self, folder: Path, layout: Layout, order: np.ndarray, writable: CacheError | None = None):
+        self.folder = Path(folder)
+        self.layout = layout
+        self.order = np.asarray(order, dtype=np.int64)
+        """(n_texts,) the caller's position of each store row."""
+        self._cannot_write = writable
+        self._offsets = {key: _data_offset(self.folder / f"{key}.npy") for key in layout.shapes()}
+        self._done: list[tuple[int, int, str]] = []
+
+    # ---- opening ---------------------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, folder: Path, layout: Layout, order: np.ndarray, meta: dict) -> LayerStore:
+        """The store in ``folder`` for ``layout`` (rows in ``order``), created when missing or not matching.
+        ``CacheError`` naming the fix when the cache cannot be written and the entry is missing."""
+        folder = Path(folder)
+        meta = json.loads(json.dumps({**meta, "layout": asdict(layout)}))
+        if _read_json(folder / "meta.json") != meta or not _files_fit(folder, layout):
+            _create(folder, layout, order, meta)
+        store = cls(folder, layout, np.load(folder / "order.npy"))
+        if not np.array_equal(store.order, order):
+            raise CacheError(f"cache entry {folder} holds another row order than these texts give: remove the "
+                             "folder (it is recomputed)")
+        return store
+
+    @classmethod
+    def temporary(cls, layout: Layout, order: np.ndarray) -> LayerStore:
+        """A store in a fresh temp folder, removed once no stack reads it any more (``extract(cache=False)``)."""
+        folder = Path(tempfile.mkdtemp(prefix="layerscope-acts-")) / "store"
+        _create(folder, layout, order, {"layout": asdict(layout)})
+        store = cls(folder, layout, order)
+        store._cleanup = weakref.finalize(store, shutil.rmtree, folder.parent, True)
+        return store
+
+    # ---- writing ---------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """``with store.locked(): ...``: hold the entry's lock, clear a killed writer's temp files, and read the
+        journal (verifying every range). Where the lock cannot be taken (a read-only cache) the block runs
+        without it and may only read."""
+        lock = FileLock(str(self.folder) + ".lock")
+        try:
+            lock.acquire()
+        except OSError as exc:
+            log.info("cannot lock %s (%s); reading the cache without the lock", lock.lock_file, exc)
+            self._cannot_write = self._cannot_write or cache_error(lock.lock_file, exc, "lock")
+            self._done = self._verified()
+            yield
+            return
+        try:
+            _remove_stale(self.folder.parent)
+            self._done = self._verified()
+            yield
+        finally:
+            lock.release()
+
+    def missing(self) -> np.ndarray:
+        """(n_texts,) bool in store order: rows no verified journal line covers."""
+        todo = np.ones(self.layout.n_texts, dtype=bool)
+        for start, stop, _ in self._done:
+            todo[start:stop] = False
+        return todo
+
+    def write(self, start: int, arrays: dict[str, np.ndarray]) -> None:
+        """Write rows ``[start, start + B)``: ``pooled_<p>`` (n_stored_layers, B, d), ``prenorm_<p>`` (B, d), and
+        (B,) ``nll_sum``, ``n_scored``, ``n_tokens``; then journal them. ``CacheError`` when the cache is read-only."""
+        if self._cannot_write is not None:
+            raise self._cannot_write
+        shapes = self.layout.shapes()
+        if set(arrays) != set(shapes):
+            raise ValueError(f"a batch must hold exactly {sorted(shapes)}, got {sorted(arrays)}")
+        stop = start + len(arrays["nll_sum"])
+        digest = hashlib.sha256()
+        try:
+            for key in sorted(shapes):
+                shape, dtype = shapes[key]
+                with open(self.folder / f"{key}.npy", "r+b") as f:
+                    for offset, chunk in self._chunks(key, start, stop, np.asarray(arrays[key], dtype=dtype)):
+                        data = chunk.tobytes()
+                        os.pwrite(f.fileno(), data, offset)
+                        digest.update(data)
+            line = json.dumps({"start": start, "stop": stop, "sha256": digest.hexdigest()})
+            with open(self.folder / "journal.jsonl", "a") as f:
+                f.write(line + "\n")
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise
+            raise cache_error(self.folder, exc) from None
+        self._done.append((start, stop, digest.hexdigest()))
+
+    def _chunks(self, key: str, start: int, stop: int, array: np.ndarray | None = None):
+        """(file offset, rows) of ``key``'s rows ``[start, stop)``, in file order; ``array`` holds them (to write)."""
+        (shape, dtype) = self.layout.shapes()[key]
+        item = np.dtype(dtype).itemsize
+        base = self._offsets[key]
+        if len(shape) == 3:  # (layers, n, d): one contiguous run per layer
+            per_row = shape[2] * item
+            for slot in range(shape[0]):
+                offset = base + (slot * shape[1] + start) * per_row
+                yield offset, (None if array is None else np.ascontiguousarray(array[slot]))
+        else:
+            per_row = (shape[1] if len(shape) == 2 else 1) * item
+            yield base + start * per_row, (None if array is None else np.ascontiguousarray(array))
+
+    def _verified(self) -> list[tuple[int, int, str]]:
+        """The journal's ranges whose bytes still hash to what was written; a damaged one is dropped."""
+        try:
+            lines = (self.folder / "journal.jsonl").read_text().splitlines()
+        except OSError:
+            return []
+        good, bad = [], 0
+        for line in lines:
+            try:
+                entry = json.loads(line)
+                start, stop, sha = int(entry["start"]), int(entry["stop"]), str(entry["sha256"])
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn line from a killed writer
+            if 0 <= start < stop <= self.layout.n_texts and self._hash(start, stop) == sha:
+                good.append((start, stop, sha))
+            else:
+                bad += 1
+        if bad:
+            log.warning("%d stored batches in %s are damaged; computing them again", bad, self.folder)
+            if self._cannot_write is None:
+                with contextlib.suppress(OSError):
+                    atomic_write_bytes(self.folder / "journal.jsonl",
+                                       "".join(json.dumps({"start": s, "stop": e, "sha256": h}) + "\n"
+                                               for s, e, h in good).encode())
+        return good
+
+    def _hash(self, start: int, stop: int) -> str:
+        digest = hashlib.sha256()
+        shapes = self.layout.shapes()
+        try:
+            for key in sorted(shapes):
+                shape, dtype = shapes[key]
+                size = (stop - start) * (shape[-1] if len(shape) > 1 else 1) * np.dtype(dtype).itemsize
+                with open(self.folder / f"{key}.npy", "rb") as f:
+                    for offset, _ in self._chunks(key, start, stop):
+                        data = os.pread(f.fileno(), size, offset)
+                        if len(data) != size:
+                            return ""
+                        digest.update(data)
+        except OSError:
+            return ""
+        return digest.hexdigest()
+
+    # ---- reading ---------------------------------------------------------------------------------------------
+    def pooled(self, pooling: str) -> LayerStack:
+        """One pooling's vectors in the caller's row order, read one layer at a time."""
+        return LayerStack(StoreSource(self, pooling))
+
+    def pre_norm(self) -> RowArrays:
+        """{pooling: (n_texts, d) float32} of the last block's output before the final norm, read on each access."""
+        return RowArrays(self, {p: f"prenorm_{p}" for p in self.layout.poolings})
+
+    def read_rows(self, key: str) -> np.ndarray:
+        """A whole (n_texts,) or (n_texts, d) array in the caller's row order (float32 for stored vectors)."""
+        shape, dtype = self.layout.shapes()[key]
+        stored = _read(self.folder / f"{key}.npy", self._offsets[key], shape, dtype)
+        out = np.empty(shape, dtype=np.float32 if len(shape) == 2 else dtype)
+        out[self.order] = stored
+        return out
+
+    def read_layer(self, pooling: str, slot: int) -> np.ndarray:
+        """(n_texts, d) float32: stored layer ``slot`` of ``pooling``, in the caller's row order."""
+        n, d = self.layout.n_texts, self.layout.d
+        item = np.dtype(self.layout.store_dtype).itemsize
+        offset = self._offsets[f"pooled_{pooling}"] + slot * n * d * item
+        block = _read(self.folder / f"pooled_{pooling}.npy", offset, (n, d), self.layout.store_dtype)
+        out = np.empty((n, d), dtype=np.float32)
+        out[self.order] = block
+        return out
+
+
+class StoreSource(LayerSource):
+    """One pooling of a :class:`LayerStore`, for a :class:`LayerStack`; keeps the last layer it read."""
+
+    def __init__(self, store: LayerStore, pooling: str):
+        self.store, self.pooling = store, pooling
+        layout = store.layout
+        self.n_texts, self.n_states, self.d, self.layers = layout.n_texts, layout.n_states, layout.d, layout.layers
+        self._slot = {k: i for i, k in enumerate(layout.layers)}
+        self._last: tuple[int, np.ndarray] | None = None
+
+    def read(self, layer: int) -> np.ndarray:
+        layer = self.check_layer(layer)
+        if self._last is None or self._last[0] != layer:
+            self._last = (layer, self.store.read_layer(self.pooling, self._slot[layer]))
+        return self._last[1]
+
+    def __getstate__(self):
+        return {**self.__dict__, "_last": None}
+
+
+class RowArrays(Mapping):
+    """A read-only mapping whose values are read from a :class:`LayerStore` when asked for, not kept."""
+
+    def __init__(self, store: LayerStore, keys: dict[str, str]):
+        self.store, self.keys = store, keys
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.store.read_rows(self.keys[name])
+
+    def __iter__(self):
+        return iter(self.keys)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def _read(path: Path, offset: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Read ``shape`` values at ``offset`` with plain file reads (no memory map: pages stay out of this process)."""
+    out = np.empty(shape, dtype=dtype)
+    with open(path, "rb") as f:
+        f.seek(offset)
+        if f.readinto(memoryview(out).cast("B")) != out.nbytes:
+            raise CacheError(f"cache file {path} is shorter than its header says: remove its folder "
+                             f"{path.parent} (it is recomputed)")
+    return out
+
+
+def _data_offset(path: Path) -> int:
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        read_header(f)
+        return f.tell()
+
+
+def _create(folder: Path, layout: Layout, order: np.ndarray, meta: dict) -> None:
+    """Build the folder complete under a temp name, then put it in place (replacing a stale or damaged one)."""
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name[:16]}.", suffix=".tmp", dir=folder.parent))
+    except OSError as exc:
+        raise cache_error(folder, exc, "create") from None
+    try:
+        for key, (shape, dtype) in layout.shapes().items():
+            with open(tmp / f"{key}.npy", "wb") as f:  # a header, then zeros the file system need not store
+                header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
+                          "shape": shape}
+                np.lib.format.write_array_header_1_0(f, header)
+                f.truncate(f.tell() + int(np.prod(shape)) * np.dtype(dtype).itemsize)
+        np.save(tmp / "order.npy", np.asarray(order, dtype=np.int64))
+        (tmp / "journal.jsonl").write_text("")
+        atomic_write_json(tmp / "meta.json", meta)
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(tmp, folder)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if is_disk_full(exc):
+            raise
+        raise cache_error(folder, exc, "create") from None
+
+
+def _files_fit(folder: Path, layout: Layout) -> bool:
+    """Whether every array file is there with its full size (a truncated copy is rebuilt)."""
+    try:
+        for key, (shape, dtype) in layout.shapes().items():
+            path = folder / f"{key}.npy"
+            if path.stat().st_size < _data_offset(path) + int(np.prod(shape)) * np.dtype(dtype).itemsize:
+                return False
+        return (folder / "order.npy").is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def _remove_stale(parent: Path, older_than_s: float = STALE_TEMP_S) -> None:
+    """Delete temp folders and files (``.name.XXXX.tmp``) that killed writers left in ``parent``."""
+    cutoff = time.time() - older_than_s
+    for path in parent.glob(".*.tmp"):
+        with contextlib.suppress(OSError):
+            if path.stat().st_mtime < cutoff:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+                log.info("removed %s, left by a killed writer", path)
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
