@@ -223,7 +223,8 @@ def bench_model(name: str, config, device: torch.device, tokenizer, texts: list[
         print(f"  raw, {size:>3} texts per batch: {n / raw[size].seconds:8.1f} texts/s, "
               f"peak {raw[size].peak_gib:.1f} GiB", file=sys.stderr)
     row = {
-        "model": name, "params_b": params / 1e9, "texts": n, "extract_tps": n / plain.seconds,
+        "model": name, "dtype": str(dtype).removeprefix("torch."), "params_b": params / 1e9,
+        "texts": n, "extract_tps": n / plain.seconds,
         "cached_tps": n / cached.seconds, "raw_tps": n / raw[best].seconds, "raw_batch": best,
         "plan_texts_per_batch": n / batches, "plan_token_budget": budget, "extract_peak": plain.peak_gib,
         "cached_peak": cached.peak_gib, "raw_peak": raw[best].peak_gib, "ratio": plain.seconds / raw[best].seconds,
@@ -233,9 +234,9 @@ def bench_model(name: str, config, device: torch.device, tokenizer, texts: list[
 
 
 def table(rows: list[dict], device_label: str, tokens: np.ndarray) -> str:
-    head = (f"{device_label}; bfloat16 random weights; {rows[0]['texts']} texts of {tokens.min()}-{tokens.max()} "
-            f"tokens (median {int(np.median(tokens))}); every layer, poolings {', '.join(POOLINGS)}, NLL; "
-            "best of interleaved repeats\n\n")
+    head = (f"{device_label}; {rows[0]['dtype']} random weights; {rows[0]['texts']} texts of "
+            f"{tokens.min()}-{tokens.max()} tokens (median {int(np.median(tokens))}); every layer, poolings "
+            f"{', '.join(POOLINGS)}, NLL; best of interleaved repeats\n\n")
     lines = [
         "| model | params | extract texts/s | extract+cache texts/s | raw texts/s (batch) | extract / raw time | "
         "extract+cache / raw time | auto plan texts/batch | peak GPU GiB extract / +cache / raw |",

@@ -220,8 +220,6 @@ def test_corrupt_meta_json_does_not_break_the_entry(isolated_cache):
     assert_same(clean, third)
 
 
-@pytest.mark.xfail(strict=True, reason="store bug: LayerStore.open rebuilds the whole entry when meta.json does not "
-                                       "parse, so every verified batch is computed again")
 def test_corrupt_meta_json_keeps_the_verified_batches(isolated_cache):
     lm = tiny.tiny_lm("llama")
     extract(lm, tiny.TEXTS, batch_size=4)

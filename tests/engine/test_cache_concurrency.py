@@ -115,9 +115,7 @@ def model_folder(tmp_path_factory) -> Path:
     return tiny.save(tmp_path_factory.mktemp("model") / "tiny-llama", "llama", adds_bos=True)
 
 
-@pytest.mark.parametrize("entry", ["made beforehand", pytest.param("new", marks=pytest.mark.xfail(
-    strict=False, reason="store bug, seen in some runs only: LayerStore.open creates a new entry before taking its "
-                         "lock (see test_processes_opening_a_new_entry_at_once_...)"))])
+@pytest.mark.parametrize("entry", ["made beforehand", "new"])
 def test_two_processes_extracting_the_same_texts_into_one_cache(tmp_path, model_folder, entry):
     """Both get the same numbers as an extraction alone, and the rows are computed once. "made beforehand": the
     entry's folder exists with no batch written yet (its journal emptied), as after a run killed before its first
@@ -281,9 +279,6 @@ RACE = """
 """
 
 
-@pytest.mark.xfail(strict=True, reason="store bug: LayerStore.open creates a missing entry before taking its lock, "
-                                       "so processes opening a new entry at once replace each other's folder "
-                                       "(errors, rows computed twice, or zeros read back as stored numbers)")
 def test_processes_opening_a_new_entry_at_once_compute_each_batch_once_and_read_it_back(tmp_path):
     n_procs, rounds = 3, 8
     procs = [start(RACE, tmp_path, i, rounds, cache=tmp_path / "cache") for i in range(n_procs)]
@@ -297,9 +292,7 @@ def test_processes_opening_a_new_entry_at_once_compute_each_batch_once_and_read_
         assert sum(g["computed"] for g in got) == 3, (r, got)
 
 
-@pytest.mark.parametrize("where", ["beside the entry", pytest.param("inside the entry", marks=pytest.mark.xfail(
-    strict=True, reason="store bug: locked() clears temp files only beside the entry, so a journal rewrite killed "
-                        "half-way leaves its .journal.jsonl.XXXX.tmp in the entry for good"))])
+@pytest.mark.parametrize("where", ["beside the entry", "inside the entry"])
 def test_taking_the_lock_clears_temp_files_of_killed_writers_only(tmp_path, where):
     """Beside the entry: a folder being created (``.<name>.XXXX.tmp``); inside: the journal being rewritten after
     damage (``.journal.jsonl.XXXX.tmp``). A killed writer's (old) go, a live writer's (new) stay."""

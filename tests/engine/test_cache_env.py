@@ -184,12 +184,7 @@ def test_an_unreadable_array_file_is_recomputed_and_replaced(isolated_cache, tmp
     assert extract(lm, tiny.TEXTS, batch_size=4).stats.batches_computed == 0
 
 
-WHOSE = ("store bug: LayerStore.open deletes the whole entry folder (shutil.rmtree) when a file in it is not what "
-         "it expects, so a folder in its place and the user's files in it are removed")
-
-
-@pytest.mark.parametrize("name", ["journal.jsonl", pytest.param("pooled_mean.npy", marks=pytest.mark.xfail(
-    strict=True, reason=WHOSE)), pytest.param("meta.json", marks=pytest.mark.xfail(strict=True, reason=WHOSE))])
+@pytest.mark.parametrize("name", ["journal.jsonl", "pooled_mean.npy", "meta.json"])
 def test_a_folder_where_a_store_file_should_be_is_one_error_and_kept(isolated_cache, name):
     lm = tiny.tiny_lm("llama")
     extract(lm, tiny.TEXTS, batch_size=4)
@@ -204,8 +199,6 @@ def test_a_folder_where_a_store_file_should_be_is_one_error_and_kept(isolated_ca
     assert (victim / "mine.txt").read_text() == "not layerscope's"
 
 
-@pytest.mark.xfail(strict=True, reason="store bug: _create builds the entry in tempfile.mkdtemp's private (0700) "
-                                       "folder and renames it into place, so other users cannot read a shared cache")
 def test_an_entry_is_as_readable_as_the_umask_allows(isolated_cache):
     extract(tiny.tiny_lm("llama"), tiny.TEXTS[:3], batch_size=4)
     mask = os.umask(0)

@@ -139,6 +139,15 @@ def test_the_median_is_the_textbook_one(peak, massive):
     assert massive_tokens(h, np.zeros(2, dtype=int)).tolist() == [False, massive]
 
 
+@pytest.mark.parametrize(("peak", "massive"), [(100.05, False), (100.15, True)])
+def test_a_peak_between_the_two_middle_values_cuts_uses_the_exact_median(peak, massive):
+    """|values| 1, 1, 1, 1, 1.002, 1.002, 1.002, peak: middle values 1 and 1.002, median 1.001, cut 100.1; a peak of
+    100.05 is above 100x the lower middle value but not above 100x the median."""
+    h = np.array([[1.0, -1.0, 1.0, 1.002], [peak, 1.0, -1.002, 1.002]], dtype=np.float32)
+    assert massive_mask(torch.tensor(h)[None], torch.ones(1, 2, dtype=torch.bool)).tolist() == [[False, massive]]
+    assert massive_tokens(h, np.zeros(2, dtype=int)).tolist() == [False, massive]
+
+
 def test_torch_and_numpy_rules_agree_with_a_naive_loop_whatever_the_batch():
     rng = np.random.default_rng(1)
     lengths = [7, 3, 12, 5, 9, 1]

@@ -59,8 +59,10 @@ def pad_id(tokenizer) -> int:
 LOGITS_BUDGET_BYTES = 512 * 2**20
 """Most memory one batch's float32 logits (batch x longest x vocab) may take."""
 
-CPU_TOKEN_BUDGET = 2048
-"""Padded tokens per batch on a CPU (more buys no speed there, and costs memory)."""
+CPU_TOKEN_BUDGET = 768
+"""Padded tokens per batch on a CPU. A batch whose activations outgrow the CPU's caches is slower per token:
+on SmolLM2 with 2 threads, ``extract`` with batches of 2,048 tokens took 1.03-1.14x the time of batches of
+768 (``benchmarks/extract_vs_seed.py``); 256-1,024 were within the runs' noise of each other."""
 
 GPU_MEMORY_SHARE = 0.6
 """Share of the GPU's free memory (after the weights) that one batch may plan for; the rest is headroom for the

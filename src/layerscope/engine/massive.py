@@ -31,13 +31,28 @@ MASSIVE_RATIO = 100.0
 def massive_mask(hidden: torch.Tensor, real: torch.Tensor, ratio: float = MASSIVE_RATIO) -> torch.Tensor:
     """``flags = massive_mask(hidden, batch.attention_mask.bool())``: (B, T) bool, True at the real tokens of
     one layer's ``hidden`` (B, T, d) that are massive by the module's rule; padding is never flagged and never
-    enters a text's median (whatever it holds, NaN included)."""
-    mag = hidden.float().abs()
-    real = real.to(mag.device).bool()
-    values = torch.where(real[..., None], mag, torch.nan).flatten(1)  # (B, T * d), NaN at padding
-    # nanmedian returns the lower middle value; minus the nanmedian of the negated values is the upper one
-    median = (values.nanmedian(dim=1).values - (-values).nanmedian(dim=1).values) / 2  # (B,)
-    return real & (mag.amax(dim=-1) > ratio * median[:, None])
+    enters a text's median (whatever it holds, NaN included).
+
+    The median of an even count is the mean of the lower and upper middle values. ``nanmedian`` gives the
+    lower one; the upper one is needed only for a text with a token between ``ratio`` x lower and ``ratio`` x
+    an upper bound of it (a value with enough of the text's values at or below it), so it is computed for
+    those texts alone: the flags are exactly those of the textbook median."""
+    real = real.to(hidden.device).bool()
+    mag = hidden.float().abs()  # a new tensor: filled in place below
+    peak = mag.amax(dim=-1)  # (B, T)
+    values = mag.masked_fill_(~real[..., None], torch.nan).flatten(1)  # (B, T * d), NaN at padding
+    lower = values.nanmedian(dim=1).values  # (B,) the lower middle value
+    n = real.sum(dim=1) * hidden.shape[-1]
+    bound = lower * (1 + 2.0**-8)
+    covers = (values <= bound[:, None]).sum(dim=1) >= (n - 1) // 2 + 2  # so the upper middle value <= bound
+    between = real & (peak > ratio * lower[:, None]) & (peak <= ratio * bound[:, None])
+    undecided = ~covers | between.any(dim=1)
+    upper = lower.clone()
+    rows = (undecided & (n % 2 == 0)).nonzero(as_tuple=True)[0]
+    if len(rows):
+        upper[rows] = -(-values[rows]).nanmedian(dim=1).values
+    median = torch.where(undecided, (lower + upper) / 2, bound)  # a decided text: any value in [lower, bound]
+    return real & (peak > ratio * median[:, None])
 
 
 def massive_tokens(layer: np.ndarray, text_index: np.ndarray, ratio: float = MASSIVE_RATIO) -> np.ndarray:

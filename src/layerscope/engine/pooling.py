@@ -76,25 +76,37 @@ def pooling_masks(batch: Batch, bos_token_id: int | None, compat: str | None = N
 def pool(hidden: torch.Tensor, batch: Batch, masks: torch.Tensor | dict[str, torch.Tensor],
          poolings: Sequence[str]) -> dict[str, torch.Tensor]:
     """Pool one layer's ``hidden`` (B, T, d) into {pooling: (B, d) float32}. ``masks``: the (B, T) ``mean`` mask,
-    or {pooling: mask} for every mean-type pooling asked for (from :func:`pooling_masks`)."""
+    or {pooling: mask} for every mean-type pooling asked for (from :func:`pooling_masks`).
+
+    The mean-type poolings are one batched product (B, P, T) x (B, T, d) of 0/1 weights with the states, summed
+    in float32; a state left out (padding, a dropped token) enters as 0 x value, so a result is taken again by
+    selection (``torch.where``) whenever it is not finite, and a non-finite value outside a text's mask never
+    reaches it."""
     masks = masks if isinstance(masks, dict) else {"mean": masks}
     hidden = hidden.float()
     rows = torch.arange(hidden.shape[0], device=hidden.device)
-    out = {}
+    means = [name for name in poolings if name in MEAN_POOLINGS]
+    for name in means:
+        if masks.get(name) is None:
+            raise ValueError(f"pooling {name!r} needs its mask: build masks with pooling_masks(..., massive=)")
     for name in poolings:
-        if name in MEAN_POOLINGS:
-            mask = masks.get(name)
-            if mask is None:
-                raise ValueError(f"pooling {name!r} needs its mask: build masks with pooling_masks(..., massive=)")
-            total = torch.where(mask[..., None], hidden, 0.0).sum(dim=1)
-            out[name] = total / mask.sum(dim=1, keepdim=True)  # 0/0 = NaN for a text with no token left
-        elif name == "last":
+        if name not in MEAN_POOLINGS and name not in ("last", "first"):
+            raise ValueError(f"unknown pooling {name!r}")
+    out = {}
+    if means:
+        chosen = torch.stack([masks[name] for name in means], dim=1)  # (B, P, T)
+        totals = torch.bmm(chosen.to(hidden.dtype), hidden)  # (B, P, d)
+        counts = chosen.sum(dim=2, keepdim=True)  # (B, P, 1)
+        redo = not bool(torch.isfinite(totals).all())  # maybe 0 x inf from a token outside a mask: select
+        for i, name in enumerate(means):
+            total = torch.where(masks[name][..., None], hidden, 0.0).sum(dim=1) if redo else totals[:, i]
+            out[name] = total / counts[:, i]  # 0/0 = NaN for a text with no token left
+    for name in poolings:
+        if name == "last":
             out[name] = hidden[rows, batch.last]
         elif name == "first":
             out[name] = hidden[rows, batch.first]
-        else:
-            raise ValueError(f"unknown pooling {name!r}")
-    return out
+    return {name: out[name] for name in poolings}
 
 
 NLL_CHUNK_BYTES = 256 * 2**20

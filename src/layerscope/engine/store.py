@@ -12,21 +12,30 @@ batch is a contiguous run of rows and one layer of one batch is one contiguous w
 contiguous. ``prenorm_<p>.npy`` is ``(n_texts, d)``; ``nll_sum``, ``n_scored``, ``n_tokens`` are ``(n_texts,)``.
 Readers turn rows back into the caller's order.
 
-Atomicity and corruption: the folder is created complete (sparse files) under a temp name and renamed.
-After a batch's rows are written, one line ``{"start", "stop", "sha256"}`` is appended to
-``journal.jsonl``; only journalled rows count as written. :meth:`open` hashes every journalled range
-again and forgets one whose bytes no longer match (a killed writer, a damaged disk), so those rows are
-computed again; a torn last journal line is ignored. Reading never holds more than one layer's block.
+Atomicity and corruption: the folder is created complete (sparse files) under a temp name and renamed,
+with the modes the umask allows (folder 0o777, files 0o666), while holding the entry's lock, the file
+``<folder>.lock`` beside it (so processes opening a new entry at once build it once). After a batch's rows
+are written, one line ``{"start", "stop", "sha256"}`` is appended to ``journal.jsonl``; only journalled
+rows count as written. :meth:`locked` hashes every journalled range again, in the same read checking that
+its stored floats are finite, and forgets one whose bytes no longer match (a killed writer, a damaged disk)
+or that holds NaN or inf, so those rows are computed again; a torn last journal line is ignored. It also
+removes temp files that killed writers left, beside the entry and in it. A ``meta.json`` that does not parse
+is written again and the verified rows are kept; array files of another shape or dtype make the entry be
+built again. Something that is not a file where the store keeps one (a folder of the user's) is a
+``CacheError``: the store never deletes it. A finite value too large for a float16 store is an
+``ExtractionError``, raised before the batch is written. Reading never holds more than one layer's block.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import time
 import weakref
@@ -37,7 +46,7 @@ from pathlib import Path
 import numpy as np
 from filelock import FileLock
 
-from ..errors import CacheError
+from ..errors import CacheError, ExtractionError, spelled
 from ..io import atomic_write_bytes, atomic_write_json, is_disk_full
 from ..paths import cache_error
 from .layers import LayerSource, LayerStack
@@ -49,6 +58,8 @@ STALE_TEMP_S = 600.0
 
 SCALARS = {"nll_sum": "float64", "n_scored": "int64", "n_tokens": "int64"}
 """Per-text arrays, (n_texts,), and their dtypes."""
+
+FLOAT32_FIX = spelled("--store-dtype float32", "store_dtype='float32'")
 
 
 @dataclass(frozen=True)
@@ -86,12 +97,14 @@ class LayerStore:
     # ---- opening ---------------------------------------------------------------------------------------------
     @classmethod
     def open(cls, folder: Path, layout: Layout, order: np.ndarray, meta: dict) -> LayerStore:
-        """The store in ``folder`` for ``layout`` (rows in ``order``), created when missing or not matching.
-        ``CacheError`` naming the fix when the cache cannot be written and the entry is missing."""
+        """The store in ``folder`` for ``layout`` (rows in ``order``), created when missing or not matching (under
+        the entry's lock); an unreadable ``meta.json`` is written again and the stored batches kept. ``CacheError``
+        naming the fix when the cache cannot be written and the entry is missing, or when something that is not
+        the store's file stands where it keeps one (it is left alone)."""
         folder = Path(folder)
         meta = json.loads(json.dumps({**meta, "layout": asdict(layout)}))
-        if _read_json(folder / "meta.json") != meta or not _files_fit(folder, layout):
-            _create(folder, layout, order, meta)
+        if _state(folder, layout, order, meta) != "ok":
+            _repair(folder, layout, order, meta)
         store = cls(folder, layout, np.load(folder / "order.npy"))
         if not np.array_equal(store.order, order):
             raise CacheError(f"cache entry {folder} holds another row order than these texts give: remove the "
@@ -110,10 +123,10 @@ class LayerStore:
     # ---- writing ---------------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """``with store.locked(): ...``: hold the entry's lock, clear a killed writer's temp files, and read the
-        journal (verifying every range). Where the lock cannot be taken (a read-only cache) the block runs
-        without it and may only read."""
-        lock = FileLock(str(self.folder) + ".lock")
+        """``with store.locked(): ...``: hold the entry's lock, clear killed writers' temp files (beside the entry
+        and in it), and read the journal, verifying every range (its hash, and that its floats are finite). Where
+        the lock cannot be taken (a read-only cache) the block runs without it and may only read."""
+        lock = FileLock(_lock_path(self.folder))
         try:
             lock.acquire()
         except OSError as exc:
@@ -124,6 +137,7 @@ class LayerStore:
             return
         try:
             _remove_stale(self.folder.parent)
+            _remove_stale(self.folder)  # a journal or meta.json rewrite that was killed half-way
             self._done = self._verified()
             yield
         finally:
@@ -145,12 +159,15 @@ class LayerStore:
         if set(arrays) != set(shapes):
             raise ValueError(f"a batch must hold exactly {sorted(shapes)}, got {sorted(arrays)}")
         stop = start + len(arrays["nll_sum"])
+        with np.errstate(over="ignore"):  # a float16 overflow is checked (and named) below
+            cast = {key: np.asarray(arrays[key], dtype=dtype) for key, (_, dtype) in shapes.items()}
+        if self.layout.store_dtype == "float16":
+            self._check_float16(start, arrays, cast)
         digest = hashlib.sha256()
         try:
             for key in sorted(shapes):
-                shape, dtype = shapes[key]
                 with open(self.folder / f"{key}.npy", "r+b") as f:
-                    for offset, chunk in self._chunks(key, start, stop, np.asarray(arrays[key], dtype=dtype)):
+                    for offset, chunk in self._chunks(key, start, stop, cast[key]):
                         data = chunk.tobytes()
                         os.pwrite(f.fileno(), data, offset)
                         digest.update(data)
@@ -162,6 +179,24 @@ class LayerStore:
                 raise
             raise cache_error(self.folder, exc) from None
         self._done.append((start, stop, digest.hexdigest()))
+
+    def _check_float16(self, start: int, arrays: dict[str, np.ndarray], cast: dict[str, np.ndarray]) -> None:
+        """``ExtractionError`` naming the text (and hidden state) of the first finite value of ``arrays`` that
+        became inf in its float16 ``cast``; one ``isfinite`` pass per array when there is none."""
+        for key in sorted(cast):
+            if cast[key].dtype != np.float16 or np.isfinite(cast[key]).all():
+                continue
+            over = np.argwhere(~np.isfinite(cast[key]) & np.isfinite(np.asarray(arrays[key])))
+            if not len(over):
+                continue  # NaN or inf that was already there, not made by the cast
+            where = tuple(int(i) for i in over[np.argmin(self.order[start + over[:, -2]])])  # first caller text
+            kind, pooling = key.split("_", 1)
+            vector = (f"{pooling} pooled vector of hidden state {self.layout.layers[where[0]]}" if kind == "pooled"
+                      else f"{pooling} pooled vector before the final norm")
+            value = np.asarray(arrays[key])[where]
+            raise ExtractionError(f"text {self.order[start + where[-2]]}'s {vector} holds {value:.6g}, beyond the "
+                                  f"largest float16 value ({np.finfo(np.float16).max:.0f}): a float16 store would "
+                                  f"keep inf, so the batch was not stored; store vectors as float32 ({FLOAT32_FIX})")
 
     def _chunks(self, key: str, start: int, stop: int, array: np.ndarray | None = None):
         """(file offset, rows) of ``key``'s rows ``[start, stop)``, in file order; ``array`` holds them (to write)."""
@@ -183,19 +218,21 @@ class LayerStore:
             lines = (self.folder / "journal.jsonl").read_text().splitlines()
         except OSError:
             return []
-        good, bad = [], 0
+        good, bad = [], {"damaged": 0, "holding NaN or inf": 0}
         for line in lines:
             try:
                 entry = json.loads(line)
                 start, stop, sha = int(entry["start"]), int(entry["stop"]), str(entry["sha256"])
             except (ValueError, KeyError, TypeError):
                 continue  # a torn line from a killed writer
-            if 0 <= start < stop <= self.layout.n_texts and self._hash(start, stop) == sha:
+            digest = self._hash(start, stop) if 0 <= start < stop <= self.layout.n_texts else ""
+            if digest == sha:
                 good.append((start, stop, sha))
             else:
-                bad += 1
-        if bad:
-            log.warning("%d stored batches in %s are damaged; computing them again", bad, self.folder)
+                bad["holding NaN or inf" if digest is None else "damaged"] += 1
+        if any(bad.values()):
+            log.warning("stored batches in %s: %s; computing them again", self.folder,
+                        ", ".join(f"{n} {why}" for why, n in bad.items() if n))
             if self._cannot_write is None:
                 with contextlib.suppress(OSError):
                     atomic_write_bytes(self.folder / "journal.jsonl",
@@ -203,18 +240,23 @@ class LayerStore:
                                                for s, e, h in good).encode())
         return good
 
-    def _hash(self, start: int, stop: int) -> str:
+    def _hash(self, start: int, stop: int) -> str | None:
+        """SHA-256 of rows ``[start, stop)`` of every array, as :meth:`write` journals it; ``""`` when they cannot
+        be read in full, None when a stored float among them is NaN or inf (checked in the same read)."""
         digest = hashlib.sha256()
         shapes = self.layout.shapes()
         try:
             for key in sorted(shapes):
                 shape, dtype = shapes[key]
+                floats = np.dtype(dtype).kind == "f"
                 size = (stop - start) * (shape[-1] if len(shape) > 1 else 1) * np.dtype(dtype).itemsize
                 with open(self.folder / f"{key}.npy", "rb") as f:
                     for offset, _ in self._chunks(key, start, stop):
                         data = os.pread(f.fileno(), size, offset)
                         if len(data) != size:
                             return ""
+                        if floats and not np.isfinite(np.frombuffer(data, dtype=dtype)).all():
+                            return None
                         digest.update(data)
         except OSError:
             return ""
@@ -296,18 +338,107 @@ def _read(path: Path, offset: int, shape: tuple[int, ...], dtype: str) -> np.nda
 
 
 def _data_offset(path: Path) -> int:
+    return _header(path)[1]
+
+
+def _header(path: Path) -> tuple[tuple, int]:
+    """((shape, fortran_order, dtype), data offset) of the ``.npy`` file ``path``; ValueError when it is not one."""
     with open(path, "rb") as f:
         version = np.lib.format.read_magic(f)
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        read_header(f)
-        return f.tell()
+        header = read_header(f)
+        return header, f.tell()
+
+
+def _lock_path(folder: Path) -> str:
+    """The entry's lock file, beside it (it can be taken before the folder exists)."""
+    return str(folder) + ".lock"
+
+
+def _state(folder: Path, layout: Layout, order: np.ndarray, meta: dict) -> str:
+    """``"ok"``; ``"meta"`` when only ``meta.json`` is unreadable (the arrays fit ``layout``, ``order.npy`` is
+    ``order``); else ``"build"``. ``CacheError`` when a name the store keeps a file under is something else."""
+    _check_kinds(folder, layout)
+    if not _files_fit(folder, layout):
+        return "build"
+    on_disk = _read_json(folder / "meta.json")
+    if on_disk == meta:
+        return "ok"
+    try:
+        same_order = on_disk is None and np.array_equal(np.load(folder / "order.npy"), order)
+    except (OSError, ValueError):
+        same_order = False
+    return "meta" if same_order else "build"
+
+
+def _repair(folder: Path, layout: Layout, order: np.ndarray, meta: dict) -> None:
+    """Under the entry's lock, look again (another process may have built it meanwhile), then write ``meta.json``
+    again or build the entry."""
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(_lock_path(folder))
+        lock.acquire()
+    except OSError as exc:
+        raise cache_error(folder, exc, "create") from None
+    try:
+        state = _state(folder, layout, order, meta)
+        if state == "meta":
+            log.warning("%s is unreadable; writing it again and keeping the stored batches", folder / "meta.json")
+            try:
+                atomic_write_json(folder / "meta.json", meta)
+            except OSError as exc:
+                raise cache_error(folder / "meta.json", exc) from None
+        elif state == "build":
+            _create(folder, layout, order, meta)
+    finally:
+        lock.release()
+
+
+def _check_kinds(folder: Path, layout: Layout) -> None:
+    """``CacheError`` when ``folder`` or a name in it where the store keeps a file is something else (a folder of
+    the user's, say): it is left alone, never replaced."""
+    if folder.exists() and not folder.is_dir():
+        raise _not_ours(folder, folder, "is a file, not a folder")
+    for name in (*(f"{key}.npy" for key in layout.shapes()), "order.npy", "meta.json", "journal.jsonl"):
+        try:
+            mode = (folder / name).stat().st_mode
+        except OSError:
+            continue  # missing or unreadable: the entry is built again
+        if stat.S_ISDIR(mode):
+            raise _not_ours(folder, folder / name, os.strerror(errno.EISDIR))
+        if not stat.S_ISREG(mode):
+            raise _not_ours(folder, folder / name, "is not a regular file")
+
+
+def _check_replaceable(folder: Path) -> None:
+    """``CacheError`` when the entry ``folder``, about to be built again, holds something the store does not
+    write (a folder, a file of another name): it is left alone, never deleted."""
+    for path in folder.iterdir():
+        if path.name.startswith(".") and path.name.endswith(".tmp"):
+            continue  # a killed writer's temp file
+        if path.is_dir():
+            raise _not_ours(folder, path, os.strerror(errno.EISDIR))
+        if not (path.suffix == ".npy" or path.name in ("meta.json", "journal.jsonl")):
+            raise _not_ours(folder, path, "is not a file layerscope writes")
+
+
+def _not_ours(folder: Path, path: Path, what: str) -> CacheError:
+    """The error for ``path``, which is not what the store keeps there (``what`` it is), in the entry ``folder``."""
+    base = cache_error(path, OSError(0, what), "use")
+    where = "it away" if path == folder else f"{path.name} out of the cache entry {folder}"
+    return CacheError(f"{base}; or move {where} (layerscope leaves it alone; without it the entry is repaired or "
+                      "computed again)")
 
 
 def _create(folder: Path, layout: Layout, order: np.ndarray, meta: dict) -> None:
-    """Build the folder complete under a temp name, then put it in place (replacing a stale or damaged one)."""
+    """Build the folder complete under a temp name, then put it in place (replacing a stale or damaged one).
+    Hold the entry's lock. ``CacheError`` (and nothing deleted) when the old folder holds what the store does not
+    write."""
     try:
+        if folder.exists():
+            _check_replaceable(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name[:16]}.", suffix=".tmp", dir=folder.parent))
+        tmp = _new_folder(folder.parent, f".{folder.name[:16]}.", ".tmp")
     except OSError as exc:
         raise cache_error(folder, exc, "create") from None
     try:
@@ -330,12 +461,28 @@ def _create(folder: Path, layout: Layout, order: np.ndarray, meta: dict) -> None
         raise cache_error(folder, exc, "create") from None
 
 
+def _new_folder(parent: Path, prefix: str, suffix: str) -> Path:
+    """A new empty folder ``parent/<prefix>XXXXXXXX<suffix>``, with the modes the umask allows (``mkdtemp``'s
+    is private, and the entry it becomes should be as readable as any other folder the user makes)."""
+    while True:
+        path = parent / f"{prefix}{os.urandom(4).hex()}{suffix}"
+        try:
+            path.mkdir(mode=0o777)
+            return path
+        except FileExistsError:
+            continue
+
+
 def _files_fit(folder: Path, layout: Layout) -> bool:
-    """Whether every array file is there with its full size (a truncated copy is rebuilt)."""
+    """Whether every array file is there with the layout's shape and dtype and its full size (a truncated or
+    reshaped copy is rebuilt)."""
     try:
         for key, (shape, dtype) in layout.shapes().items():
             path = folder / f"{key}.npy"
-            if path.stat().st_size < _data_offset(path) + int(np.prod(shape)) * np.dtype(dtype).itemsize:
+            header, offset = _header(path)
+            if header != (shape, False, np.dtype(dtype)):
+                return False
+            if path.stat().st_size < offset + int(np.prod(shape)) * np.dtype(dtype).itemsize:
                 return False
         return (folder / "order.npy").is_file()
     except (OSError, ValueError):
