@@ -1,7 +1,8 @@
 """The package layers import one way: every import (module top, function body or TYPE_CHECKING block) goes
 to a lower layer, so no two packages import each other in a cycle, and no study package imports another.
 
-    cli -> sweep -> studies -> (engine, quant, report) -> models -> (data, io, stats, geometry, spectrum)
+    cli -> sweep -> studies -> (engine, quant, report) -> models
+        -> (data, io, stats, geometry, spectrum, similarity, intrinsic, entropy, changepoints)
         -> (paths, provenance, progress) -> errors
 """
 
@@ -17,7 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "layerscope"
 LAYERS = [
     ("errors",),
     ("paths", "provenance", "progress", "lazy"),
-    ("data", "io", "stats", "geometry", "spectrum"),
+    ("data", "io", "stats", "geometry", "spectrum", "similarity", "intrinsic", "entropy", "changepoints"),
     ("models",),
     ("engine", "quant", "report"),
     ("studies",),

@@ -1,0 +1,94 @@
+"""Matrix entropy of a prompt's token states ("prompt entropy").
+
+    m = matrix_entropy(z)               # z: (n_tokens, d) one text's states at one layer
+    m.entropy, m.normalised_entropy, m.effective_rank
+    mean = mean_prompt_entropy(states)  # states: an iterable of (n_tokens, d) arrays, one per text
+    mean.entropy, mean.normalised_entropy, mean.effective_rank, mean.n_texts, mean.n_skipped
+
+The alpha = 1 matrix entropy of Skean et al. 2025 ("Layer by Layer: Uncovering Hidden Representations in
+Language Models"): the Gram matrix K = z z^T of the token states (float64, not centred, rows as given), its
+eigenvalues lambda >= 0 normalised to p = lambda / sum(lambda), and S = -sum p log p (natural log, 0 log 0 = 0).
+Low S: the tokens share a few directions (compressed); high S: they spread over many.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import LayerscopeError
+
+
+@dataclass(frozen=True)
+class MatrixEntropy:
+    """``entropy`` S in nats; ``normalised_entropy`` S / log(min(n, d)), in [0, 1] (min(n, d) bounds the rank;
+    0 when min(n, d) = 1, where S is 0 too); ``effective_rank`` exp(S), in [1, min(n, d)]."""
+
+    entropy: float
+    normalised_entropy: float
+    effective_rank: float
+
+
+@dataclass(frozen=True)
+class MeanPromptEntropy:
+    """The mean of each :class:`MatrixEntropy` number over ``n_texts`` texts; ``n_skipped`` one-token texts
+    were left out."""
+
+    entropy: float
+    normalised_entropy: float
+    effective_rank: float
+    n_texts: int
+    n_skipped: int
+
+
+def matrix_entropy(z: np.ndarray) -> MatrixEntropy:
+    """The matrix entropy of z (n, d), from the smaller of z z^T (n x n) and z^T z (d x d), which share their
+    nonzero eigenvalues. Negative eigenvalues from rounding, and positive ones below lambda_max max(n, d) eps
+    (numpy's ``matrix_rank`` tolerance), count as 0: round-off adds no tiny p to a rank-deficient z."""
+    z = np.asarray(z, dtype=np.float64)
+    if z.ndim != 2 or 0 in z.shape:
+        raise ValueError(f"z has shape {z.shape}; pass a non-empty 2-D array (n tokens, d features)")
+    if not np.isfinite(z).all():
+        raise LayerscopeError(
+            "token states hold NaN or inf; a matrix entropy needs finite states, so run the "
+            "model in float32 and check its weights"
+        )
+    n, d = z.shape
+    gram = z @ z.T if n <= d else z.T @ z
+    eigenvalues = np.linalg.eigvalsh(gram)
+    largest = eigenvalues.max()
+    if largest <= 0:
+        raise ValueError(
+            "z is all zeros, so its Gram matrix has no spectrum to take an entropy of; check where the states come from"
+        )
+    eigenvalues[eigenvalues < largest * max(n, d) * np.finfo(np.float64).eps] = 0.0
+    p = eigenvalues[eigenvalues > 0] / eigenvalues.sum()
+    entropy = float(-np.sum(p * np.log(p)))
+    bound = np.log(min(n, d))
+    return MatrixEntropy(entropy, entropy / bound if bound > 0 else 0.0, float(np.exp(entropy)))
+
+
+def mean_prompt_entropy(texts_states: Iterable[np.ndarray]) -> MeanPromptEntropy:
+    """:func:`matrix_entropy`'s three numbers averaged over texts, each text's (n_tokens, d) states at one layer.
+
+    A text with a single token has one eigenvalue and entropy 0 whatever its state, so it says nothing about
+    spread: it is skipped and counted in ``n_skipped``. Raises ValueError when no text has 2 or more tokens.
+    """
+    sums = np.zeros(3)
+    used = skipped = 0
+    for z in texts_states:
+        if np.ndim(z) == 2 and np.shape(z)[0] == 1:
+            skipped += 1
+            continue
+        m = matrix_entropy(z)
+        sums += (m.entropy, m.normalised_entropy, m.effective_rank)
+        used += 1
+    if used == 0:
+        raise ValueError(
+            f"no text has 2 or more tokens ({skipped} one-token texts skipped); a prompt entropy "
+            "needs several token states per text, so pass longer texts"
+        )
+    mean = sums / used
+    return MeanPromptEntropy(float(mean[0]), float(mean[1]), float(mean[2]), used, skipped)
