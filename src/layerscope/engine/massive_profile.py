@@ -1,0 +1,202 @@
+"""Massive-activation profile of a model: how large its largest activations are, where and in which dimensions.
+
+    delims = delimiter_ids(tokenizer)                     # frozenset of token ids: ".", ",", ..., "\\n"
+    profile = MassiveProfile()
+    for batch in batches:
+        out = model(**batch.model_inputs(), output_hidden_states=True)
+        classes = position_class(batch, delims)           # (B, T) int8: 0 start, 1 first delimiter, 2 other, -1 pad
+        for layer, hidden in enumerate(out.hidden_states):
+            profile.update(layer, hidden, batch, classes)  # hidden (B, T, d)
+    summary = profile.result()                            # MassiveSummary: arrays with one row per layer seen
+
+The measure follows Sun et al. 2024 ("Massive activations in large language models"): per layer and text, the
+largest |activation| over the text's real tokens and all dimensions (its "top"), divided by the text's median
+|activation| over the same values (the textbook median, as in :mod:`layerscope.engine.massive`; padding never
+counts, whatever it holds). For each layer the profile keeps the per-text ratios top / median, which position
+class carries the top (the start token, the first delimiter, any other token) and in which dimension it sits,
+and, per position class, the mean over texts of that class's largest |activation| / the text's median.
+Everything is computed in float64.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from layerscope.engine.batching import Batch
+from layerscope.errors import ExtractionError
+
+CLASSES = ("start", "first_delimiter", "other")
+"""Position classes, by their code in :func:`position_class` (padding is -1)."""
+
+PUNCTUATION = frozenset({".", ",", ";", ":", "!", "?"})
+"""A token is a delimiter when its decoded text, stripped of spaces, is one of these, or it contains a newline."""
+
+
+def is_delimiter(text: str) -> bool:
+    """``is_delimiter(" .")`` -> True: ``text`` (one token's decoded text) stripped of spaces is in
+    :data:`PUNCTUATION`, or ``text`` contains ``"\\n"``."""
+    return "\n" in text or text.strip(" ") in PUNCTUATION
+
+
+def delimiter_ids(tokenizer) -> frozenset[int]:
+    """``delims = delimiter_ids(tokenizer)``: ids of every vocabulary token (``range(len(tokenizer))``, added
+    tokens included) that :func:`is_delimiter` accepts once decoded on its own: ``"."``, ``","``, ``";"``,
+    ``":"``, ``"!"``, ``"?"`` with or without surrounding spaces (``" ."``), and any token containing ``"\\n"``
+    (``"\\n"``, ``"\\n\\n"``, ``".\\n"``)."""
+    ids = list(range(len(tokenizer)))
+    texts = tokenizer.batch_decode([[i] for i in ids])
+    return frozenset(i for i, text in zip(ids, texts, strict=True) if is_delimiter(text))
+
+
+def position_class(batch: Batch, delimiters: frozenset[int]) -> torch.Tensor:
+    """``classes = position_class(batch, delims)``: (B, T) int8 on ``batch.input_ids``' device, per position
+    0 = the text's first real token (the start token, BOS or not), 1 = the text's first delimiter (the first
+    real position after the first whose id is in ``delimiters``; a text may have none), 2 = any other real
+    token, -1 = padding. Names in :data:`CLASSES`."""
+    ids, real = batch.input_ids, batch.attention_mask.bool()
+    columns = torch.arange(ids.shape[1], device=ids.device)
+    first = batch.first.to(ids.device)[:, None]
+    lookup = torch.tensor(sorted(delimiters), dtype=ids.dtype, device=ids.device)
+    candidate = real & (columns > first) & torch.isin(ids, lookup)
+    classes = torch.full(ids.shape, 2, dtype=torch.int8, device=ids.device)
+    has = candidate.any(dim=1)
+    rows = has.nonzero(as_tuple=True)[0]
+    classes[rows, candidate[rows].int().argmax(dim=1)] = 1  # argmax: the first True
+    classes[columns == first] = 0
+    classes[~real] = -1
+    return classes
+
+
+def textbook_median(values: torch.Tensor) -> torch.Tensor:
+    """``textbook_median(x)``: the median of all of ``x``'s values (0-d tensor), the mean of the two middle
+    values for an even count (as ``np.median``); ``x`` must be non-empty."""
+    flat = values.flatten()
+    n = flat.numel()
+    lower = flat.kthvalue((n + 1) // 2).values
+    upper = flat.kthvalue(n // 2 + 1).values
+    return (lower + upper) / 2
+
+
+@dataclass
+class _LayerStats:
+    ratios: list[float] = field(default_factory=list)
+    """Per text: top |activation| / median |activation|."""
+    top_class: np.ndarray = field(default_factory=lambda: np.zeros(len(CLASSES), dtype=np.int64))
+    """(3,) texts whose top sits on each position class."""
+    top_dims: Counter = field(default_factory=Counter)
+    """Dimension of each text's top -> number of texts."""
+    class_sum: np.ndarray = field(default_factory=lambda: np.zeros(len(CLASSES)))
+    """(3,) sum over texts having the class of its largest |activation| / the text's median."""
+    class_texts: np.ndarray = field(default_factory=lambda: np.zeros(len(CLASSES), dtype=np.int64))
+    """(3,) texts having the class."""
+
+
+@dataclass(frozen=True)
+class MassiveSummary:
+    """``summary.massive_ratio[i]`` is layer ``summary.layers[i]``'s median over texts of top / median; every
+    array has one row per layer seen, in ``layers`` order; columns of (n_layers, 3) arrays follow
+    :data:`CLASSES`. ``summary.per_layer()`` gives the same as one dict per layer."""
+
+    layers: np.ndarray
+    """(n_layers,) the layers seen, ascending."""
+    n_texts: np.ndarray
+    """(n_layers,) texts seen at each layer."""
+    massive_ratio: np.ndarray
+    """(n_layers,) median over texts of the text's top |activation| / its median |activation|."""
+    massive_ratio_max: np.ndarray
+    """(n_layers,) the largest of those ratios."""
+    top_share: np.ndarray
+    """(n_layers, 3) share of texts whose top |activation| sits on each position class (rows sum to 1)."""
+    fixed_dim: np.ndarray
+    """(n_layers,) the most common dimension of the texts' tops (the smallest such dimension on a tie)."""
+    fixed_dim_share: np.ndarray
+    """(n_layers,) share of texts whose top sits in ``fixed_dim``."""
+    class_map: np.ndarray
+    """(n_layers, 3) mean over texts having each class of that class's largest |activation| / the text's
+    median; NaN where no text had the class (a text without a delimiter has no first delimiter)."""
+
+    def per_layer(self) -> dict[int, dict]:
+        """``summary.per_layer()[5]["top_share"]["start"]``: the summary as plain Python values per layer."""
+        out = {}
+        for i, layer in enumerate(self.layers.tolist()):
+            out[layer] = {
+                "n_texts": int(self.n_texts[i]),
+                "massive_ratio": float(self.massive_ratio[i]),
+                "massive_ratio_max": float(self.massive_ratio_max[i]),
+                "top_share": dict(zip(CLASSES, self.top_share[i].tolist(), strict=True)),
+                "fixed_dim": int(self.fixed_dim[i]),
+                "fixed_dim_share": float(self.fixed_dim_share[i]),
+                "class_map": dict(zip(CLASSES, self.class_map[i].tolist(), strict=True)),
+            }
+        return out
+
+
+class MassiveProfile:
+    """Accumulates the massive-activation profile one layer of one batch at a time (float64)::
+
+        profile = MassiveProfile()
+        profile.update(layer, hidden, batch, classes)   # hidden (B, T, d); classes from position_class (B, T)
+        summary = profile.result()                      # MassiveSummary
+
+    Texts count where ``batch.attention_mask`` is 1; padding is never read. A text's top is its largest
+    |activation|; on a tie, the first in (position, dimension) order."""
+
+    def __init__(self) -> None:
+        self._layers: dict[int, _LayerStats] = {}
+
+    def update(self, layer: int, hidden: torch.Tensor, batch: Batch, classes: torch.Tensor) -> None:
+        """Add the texts of ``batch`` at ``layer``: ``hidden`` (B, T, d) that layer's states, ``classes`` (B, T)
+        from :func:`position_class` for the same batch."""
+        real = batch.attention_mask.to(hidden.device).bool()
+        classes = classes.to(hidden.device)
+        if hidden.dim() != 3 or hidden.shape[:2] != real.shape or classes.shape != real.shape:
+            raise ValueError(
+                f"hidden {tuple(hidden.shape)}, classes {tuple(classes.shape)} and the batch's "
+                f"attention mask {tuple(real.shape)} disagree; pass hidden (B, T, d) and classes (B, T) "
+                "of this batch"
+            )
+        stats = self._layers.setdefault(int(layer), _LayerStats())
+        for row in range(hidden.shape[0]):
+            self._add_text(stats, hidden[row][real[row]], classes[row][real[row]], int(batch.index[row]))
+
+    @staticmethod
+    def _add_text(stats: _LayerStats, states: torch.Tensor, classes: torch.Tensor, text: int) -> None:
+        """One text's real tokens: ``states`` (n, d), ``classes`` (n,)."""
+        if states.shape[0] == 0:
+            raise ExtractionError(f"text {text} has no tokens; drop empty texts before profiling activations")
+        mag = states.to(torch.float64).abs()
+        median = textbook_median(mag)
+        flat_top = int(mag.flatten().argmax())
+        position, dim = divmod(flat_top, mag.shape[1])
+        stats.ratios.append(float(mag[position, dim] / median))
+        stats.top_class[int(classes[position])] += 1
+        stats.top_dims[dim] += 1
+        peak = mag.amax(dim=1)  # (n,)
+        for code in range(len(CLASSES)):
+            rows = classes == code
+            if rows.any():
+                stats.class_sum[code] += float(peak[rows].max() / median)
+                stats.class_texts[code] += 1
+
+    def result(self) -> MassiveSummary:
+        """``summary = profile.result()``: a :class:`MassiveSummary` of every layer updated so far."""
+        layers = sorted(self._layers)
+        stats = [self._layers[layer] for layer in layers]
+        n_texts = np.array([len(s.ratios) for s in stats], dtype=np.int64)
+        fixed = [min(s.top_dims, key=lambda d, s=s: (-s.top_dims[d], d)) for s in stats]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            class_map = np.array([s.class_sum / s.class_texts for s in stats]).reshape(len(layers), len(CLASSES))
+        return MassiveSummary(
+            layers=np.array(layers, dtype=np.int64),
+            n_texts=n_texts,
+            massive_ratio=np.array([np.median(s.ratios) for s in stats]),
+            massive_ratio_max=np.array([max(s.ratios) for s in stats]),
+            top_share=np.array([s.top_class / len(s.ratios) for s in stats]).reshape(len(layers), len(CLASSES)),
+            fixed_dim=np.array(fixed, dtype=np.int64),
+            fixed_dim_share=np.array([s.top_dims[d] / len(s.ratios) for s, d in zip(stats, fixed, strict=True)]),
+            class_map=class_map,
+        )
