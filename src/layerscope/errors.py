@@ -29,6 +29,18 @@ FORCE = spelled("--force", "force=True")
 OUT = spelled("--out", "out folder")
 
 
+def check_finite_rows(x, what: str, needs: str) -> None:
+    """``check_finite_rows(x, "x", "CKA")``: one :class:`LayerscopeError` naming how many rows of the 2-D numpy
+    array ``x`` hold NaN or inf, and the first, when any does; ``needs``: what wants finite states."""
+    import numpy as np
+
+    finite = np.isfinite(x).all(axis=1)
+    if not finite.all():
+        bad = np.flatnonzero(~finite)
+        raise LayerscopeError(f"{what}: {len(bad)} of {len(x)} rows hold NaN or inf (the first is row {bad[0]}); "
+                              f"{needs} needs finite states, so run the model in float32 and check its weights")
+
+
 def short(value: Any, limit: int = 80) -> str:
     """``short(value)``: ``repr(value)`` cut to ``limit`` characters, for error messages about any input."""
     try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import LayerscopeError
+from .errors import check_finite_rows
 
 BLOCK_BYTES = 64 * 2**20  # distances held at a time
 CANDIDATES = 4  # nearest candidates per point re-measured exactly
@@ -50,13 +50,7 @@ def _distinct(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 2:
         raise ValueError(f"x has shape {x.shape}; pass a 2-D array (n points, D features)")
-    if not np.isfinite(x).all():
-        bad = np.flatnonzero(~np.isfinite(x).all(axis=1))
-        raise LayerscopeError(
-            f"{len(bad)} of {len(x)} states hold NaN or inf (the first is row {bad[0]}); "
-            "an intrinsic dimension needs finite states, so run the model in float32 and "
-            "check its weights"
-        )
+    check_finite_rows(x, "states", "an intrinsic dimension")
     points = np.unique(x, axis=0) if len(x) else x
     if len(points) < 3:
         raise ValueError(

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import LayerscopeError
+from .errors import LayerscopeError, check_finite_rows
 
 Layers = Iterable[np.ndarray] | Callable[[], Iterable[np.ndarray]]
 
@@ -107,12 +107,7 @@ def _states(x: np.ndarray, name: str) -> np.ndarray:
         raise ValueError(f"{name} has shape {x.shape}; pass a 2-D array (n inputs, d features)")
     if len(x) < 2:
         raise ValueError(f"{name} has {len(x)} row(s); CKA needs at least 2 inputs")
-    if not np.isfinite(x).all():
-        bad = np.flatnonzero(~np.isfinite(x).all(axis=1))
-        raise LayerscopeError(
-            f"{name}: {len(bad)} of {len(x)} rows hold NaN or inf (the first is row {bad[0]}); "
-            "CKA needs finite states, so run the model in float32 and check its weights"
-        )
+    check_finite_rows(x, name, "CKA")
     return x
 
 
