@@ -19,6 +19,7 @@ import pytest
 
 import tiny
 from layerscope import extract
+from layerscope.engine import entry as entry_module
 from layerscope.engine import store as store_module
 from layerscope.engine.store import LayerStore, Layout
 from layerscope.errors import CacheError
@@ -175,7 +176,8 @@ def test_an_unreadable_array_file_is_recomputed_and_replaced(isolated_cache, tmp
             raise PermissionError(13, "Permission denied", str(path))
         return real_open(path, *args, **kwargs)
     with monkeypatch.context() as patched:  # not monkeypatch.undo(): that would drop the isolated cache too
-        patched.setattr(store_module, "open", denied, raising=False)
+        for module in (store_module, entry_module):  # the entry check reads headers, the store reads rows
+            patched.setattr(module, "open", denied, raising=False)
         counter = ForwardCounter(lm.model)
         again = extract(lm, tiny.TEXTS, batch_size=4)
     assert counter.calls == 3 and again.stats.batches_computed == 3
