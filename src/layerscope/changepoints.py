@@ -114,3 +114,10 @@ def _line(y: np.ndarray, start: int, stop: int) -> Segment:
     xc = x - x.mean()
     slope = float(xc @ (y[start:stop] - y[start:stop].mean()) / (xc @ xc))
     return Segment(start, stop, slope, float(y[start:stop].mean() - slope * x.mean()))
+
+
+def thirds(layers: list[int]) -> dict[str, list[int]]:
+    """``thirds([0, 1, ..., 30])``: the layers split into early, mid and late thirds as the notebooks split them
+    (cuts at n // 3 and 2n // 3 of the n layers listed); the phases study's split."""
+    n = len(layers)
+    return {"early": layers[: n // 3], "mid": layers[n // 3 : 2 * n // 3], "late": layers[2 * n // 3 :]}

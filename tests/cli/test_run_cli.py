@@ -109,7 +109,8 @@ def test_anisotropy_writes_profiles_for_both_token_sets_and_a_zip(tmp_path, mode
         assert set(archive.namelist()) == {"result.json", "table.csv", "report.md"}  # the data, not the page
     table = pd.read_csv(out / "table.csv")
     top1 = table[table["metric"] == "top1_ratio"]
-    assert sorted(top1["tokens"].unique()) == ["all", "excl_massive", "excl_pos0"] and len(top1) == 3 * 5
+    sets = ["all", "excl_massive", "excl_pos0", "excl_pos0_massive"]
+    assert sorted(top1["tokens"].unique()) == sets and len(top1) == 4 * 5
     s = json.loads((out / "result.json").read_text())["summary"]["models"][models["tiny-gpt2"]]
     profile = top1[(top1["tokens"] == "all") & (top1["stage"] != "post_norm")]  # layer 3 taken before the norm
     primary = profile.sort_values("layer")["value"].to_numpy()

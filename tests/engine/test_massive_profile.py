@@ -176,3 +176,34 @@ def test_errors_name_the_problem():
     empty = collate([[5], []], np.arange(2), pad_id=0)
     with pytest.raises(ExtractionError, match="text 1 has no tokens"):
         MassiveProfile().update(0, torch.ones(2, 1, D), empty, position_class(empty, frozenset()))
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_ties_repeated_middle_values_and_mixed_lengths_by_hand(side):
+    """Five texts of d = 2 in one batch, by hand. Medians: A's two middle values are equal (2, 2), B's differ
+    (2, 5) after a repeated lower one, C's middle values equal its top. Top ties: C's 9 first at (0, 0) (also at
+    (1, 1), (2, 0), (2, 1)), D's 8 first at (1, 1) (also (2, 0)), E's 4 first at (0, 0) (also (0, 1))."""
+    texts = [
+        [[1, 2], [2, 2], [5, 9]],  # A: 1 2 2 2 5 9, median 2; top 9 at (2, 1)
+        [[1, 2], [2, 5], [5, 9]],  # B: 1 2 2 5 5 9, median 3.5; top 9 at (2, 1)
+        [[9, 1], [3, 9], [9, 9]],  # C: 1 3 9 9 9 9, median 9; top 9 at (0, 0)
+        [[1, 2], [3, 8], [8, 4]],  # D: 1 2 3 4 8 8, median 3.5; top 8 at (1, 1)
+        [[4, -4]],  # E: 4 4, median 4; top 4 at (0, 0); one token, two padded positions
+    ]
+    batch = collate([[50] * len(t) for t in texts], np.arange(5), pad_id=0, side=side)
+    hidden = torch.full((5, 3, 2), math.nan)
+    hidden[4, 1 if side == "right" else 0] = torch.tensor([math.inf, -math.inf])  # E's padding: NaN, +-inf
+    for row, text in enumerate(texts):
+        start = 3 - len(text) if side == "left" else 0
+        hidden[row, start : start + len(text)] = torch.tensor(text, dtype=torch.float32)
+    profile = MassiveProfile()
+    profile.update(0, hidden, batch, position_class(batch, frozenset({DOT})))
+    summary = profile.result()
+    ratios = [9 / 2, 9 / 3.5, 9 / 9, 8 / 3.5, 4 / 4]
+    assert summary.massive_ratio[0] == pytest.approx(8 / 3.5, rel=1e-12)  # the middle of the sorted ratios
+    assert summary.massive_ratio_max[0] == pytest.approx(max(ratios), rel=1e-12)
+    assert summary.top_share[0].tolist() == pytest.approx([2 / 5, 0.0, 3 / 5])  # C, E on the start; A, B, D other
+    assert (summary.fixed_dim[0], summary.fixed_dim_share[0]) == (1, pytest.approx(3 / 5))  # A, B, D; C, E dim 0
+    start = [2 / 2, 2 / 3.5, 9 / 9, 2 / 3.5, 4 / 4]  # each text's start-token peak / median
+    other = [9 / 2, 9 / 3.5, 9 / 9, 8 / 3.5]  # E has no other token
+    np.testing.assert_allclose(summary.class_map[0], [sum(start) / 5, math.nan, sum(other) / 4], rtol=1e-12)

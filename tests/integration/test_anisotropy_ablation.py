@@ -39,7 +39,7 @@ def two_texts_each(tmp_path_factory):
 def test_anisotropy_on_smollm2_says_where_the_saturation_comes_from(tmp_path):
     data, table = run(tmp_path / "an", "anisotropy")
     s = data["summary"]["models"]["smollm2-135m"]
-    assert s["n_prompts"] >= 32 and set(s["token_sets"]) == {"all", "excl_pos0", "excl_massive"}
+    assert s["n_prompts"] >= 32 and set(s["token_sets"]) == {"all", "excl_pos0", "excl_massive", "excl_pos0_massive"}
     top1 = table[(table["metric"] == "top1_ratio") & (table["tokens"] == "all")].sort_values("layer")
     top1 = top1[top1["stage"] != "post_norm"]  # the profile takes layer 30 before the final norm
     assert len(top1) == 31 and s["l_star"] == int(top1["value"].to_numpy().argmax())

@@ -102,3 +102,73 @@ def test_a_rise_without_a_significant_fall_is_not_a_bell_and_short_segments_are_
     assert not short["assessable"] and not short["is_bell_curve"] and short["phase1_p"] is None
     assert short["verdict"] == ("bell test not assessable: 1 layer(s) before L* (layer 0); it needs >= 3 layers on "
                                 "each side of L*")
+
+
+def numpy_top1(x) -> float:
+    """λ1 / Σλ of the rows of ``x`` (n, d): centre, covariance, eigenvalues (numpy), largest over sum."""
+    x = np.asarray(x, dtype=np.float64)
+    centred = x - x.mean(axis=0)
+    values = np.linalg.eigvalsh(centred.T @ centred / (len(x) - 1))
+    return values[-1] / values.sum()
+
+
+def massive_by_hand(s, n_layers: int) -> np.ndarray:
+    """engine.massive's rule, a naive loop: a token whose largest |activation| exceeds 100 x its text's median
+    |activation| (over the text's tokens and every dimension) at a block output 1..n_layers-1 or pre_norm."""
+    flagged = np.zeros(len(s.position), dtype=bool)
+    for x in (*(s.layers[layer] for layer in range(1, n_layers)), s.pre_norm):
+        mag = np.abs(np.asarray(x, dtype=np.float64))
+        for i in range(len(s.position)):
+            text = mag[s.text_index == s.text_index[i]]
+            flagged[i] |= mag[i].max() > 100 * np.median(text)
+    return flagged
+
+
+def test_the_profile_without_position_0_and_massive_tokens_equals_numpy_on_the_tokens_picked_by_hand():
+    """A tiny llama (4 blocks, BOS) whose embedding of one mid-sentence token holds 1000 in dim 7: the residual
+    stream carries it through every block, so that token is massive wherever it occurs; BOS is not. The
+    excl_pos0_massive set is then neither excl_pos0 nor excl_massive, and its profile is recomputed here."""
+    import torch
+
+    import tiny
+    from layerscope.engine.tokens import token_states
+    from layerscope.studies import StudyConfig
+    from layerscope.studies.anisotropy.analysis import TOKEN_SETS, analyse_states, profiled_tokens
+    from layerscope.studies.result import make_table
+
+    n_layers = 4
+    lm = tiny.tiny_lm("llama", adds_bos=True, n_layers=n_layers)
+    planted = lm.tokenizer(tiny.TEXTS[1])["input_ids"][3]  # text 1, position 3 (position 0 is BOS)
+    with torch.no_grad():
+        lm.model.get_input_embeddings().weight[planted, 7] = 1000.0
+    s = token_states(lm, tiny.TEXTS, progress=False)
+    flagged = massive_by_hand(s, n_layers)
+    keep = (s.position > 0) & ~flagged
+    assert flagged[s.token_id == planted].all() and not flagged[s.position == 0].any()  # the planting took
+    assert (keep != (s.position > 0)).any() and (keep != ~flagged).any()  # a token set of its own
+
+    config = StudyConfig(study="anisotropy")
+    assert profiled_tokens(config) == list(TOKEN_SETS) and "excl_pos0_massive" in TOKEN_SETS
+    summary, rows = analyse_states("m", n_layers, s, config)
+    table = make_table(rows)
+    top1 = table[(table["metric"] == "top1_ratio") & (table["tokens"] == "excl_pos0_massive")]
+    profile = top1[top1["stage"].ne("post_norm").to_numpy(dtype=bool)].sort_values("layer")
+    expected = [numpy_top1(s.layers[layer][keep]) for layer in range(n_layers)] + [numpy_top1(s.pre_norm[keep])]
+    assert profile["layer"].tolist() == list(range(n_layers + 1))
+    assert profile["value"].tolist() == pytest.approx(expected, rel=1e-5)
+    assert (top1["n"] == keep.sum()).all()
+    post = top1[top1["stage"].eq("post_norm").to_numpy(dtype=bool)]["value"]
+    assert post.tolist() == pytest.approx([numpy_top1(s.layers[n_layers][keep])], rel=1e-5)
+    got = summary["token_sets"]["excl_pos0_massive"]
+    assert got["n_tokens"] == int(keep.sum()) and got["l_star"] == int(np.argmax(expected))
+    assert summary["massive"]["n_tokens"] == int(flagged.sum())
+    check = next(c for c in summary["checks"] if c["check"] == "without position 0 and massive-activation tokens")
+    assert check["value"] == int(np.argmax(expected))
+
+
+def test_seed_compat_profiles_the_notebooks_token_sets_only():
+    from layerscope.studies import StudyConfig
+    from layerscope.studies.anisotropy.analysis import profiled_tokens
+
+    assert profiled_tokens(StudyConfig(study="anisotropy", compat="seed")) == ["all"]
+    assert profiled_tokens(StudyConfig(study="anisotropy", compat="seed", exclude_bos=True)) == ["all", "excl_pos0"]

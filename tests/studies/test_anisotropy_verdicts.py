@@ -84,7 +84,9 @@ def test_without_position_0_l_star_moves_and_the_headline_says_so(sink):
     without = [top1(s.layers[layer][s.position > 0]) for layer in range(10)] + [top1(s.pre_norm[s.position > 0])]
     assert int(np.argmax(without)) == 3
     assert summary["token_sets"]["excl_pos0"]["l_star"] == 3 and summary["token_sets"]["excl_massive"]["l_star"] == 7
-    assert summary["robustness"] == "not robust: L* moves from 7 to 3 without position 0"
+    assert summary["token_sets"]["excl_pos0_massive"]["l_star"] == 3  # no massive token: the same tokens as excl_pos0
+    assert summary["robustness"] == ("not robust: L* moves from 7 to 3 without position 0 / position 0 and "
+                                     "massive-activation tokens")
     line = get_study("anisotropy").headline(as_result(summary, rows))[0]
     assert "L* = 7 of 10 (driver: sink (position 0))" in line
     assert "not robust: L* moves from 7 to 3 without position 0" in line
@@ -146,7 +148,12 @@ def test_a_mid_sentence_massive_token_drives_l_star_where_the_outlier_dimension_
                                   "layers": [2, 3, 4]}]
     without = [top1(layer[keep]) for layer in s.layers[:-1]] + [top1(s.pre_norm[keep])]
     assert summary["token_sets"]["excl_massive"]["l_star"] == int(np.argmax(without)) == 5
-    assert summary["robustness"] == "not robust: L* moves from 3 to 5 without massive-activation tokens"
+    both = keep & (s.position > 0)
+    neither = [top1(layer[both]) for layer in s.layers[:-1]] + [top1(s.pre_norm[both])]
+    assert summary["token_sets"]["excl_pos0_massive"]["l_star"] == int(np.argmax(neither)) == 5
+    assert summary["token_sets"]["excl_pos0_massive"]["n_tokens"] == int(both.sum()) == N_TEXTS * (LENGTH - 1) - 1
+    assert summary["robustness"] == ("not robust: L* moves from 3 to 5 without massive-activation tokens / "
+                                     "position 0 and massive-activation tokens")
 
 
 @pytest.mark.parametrize("d, driver", [(96, "sink"), (24, "sink_and_massive")])
@@ -216,11 +223,15 @@ def test_report_figures_and_numbers_keep_the_pre_and_post_norm_rows_apart(final_
     text = study.report(result)
     pre, post = top1(s.pre_norm), top1(s.layers[6])
     table_lines = [line for line in text.splitlines() if line.startswith("| 6 (")]
-    assert len(table_lines) == 2 * 3  # pre- and post-norm rows in each token set's table
+    assert len(table_lines) == 2 * 4  # pre- and post-norm rows in each of the 4 token sets' tables
     assert table_lines[0].split(" | ")[2] == f"{pre:.4f}" and table_lines[1].split(" | ")[2] == f"{post:.4f}"
     assert f"{(pre + post) / 2:.4f}" not in text  # never averaged
     assert study.numbers(result, "m")["top1_ratio_at_l_star"] == pytest.approx(pre, rel=1e-5)
-    title = study.figures(result)["anisotropy_profile"].texts[0].get_text()
+    profile = study.figures(result)["anisotropy_profile"]
+    title = profile.texts[0].get_text()
+    drawn = {line.get_label() for line in profile.axes[0].get_lines()}
+    assert {"all tokens", "without position 0", "without massive-activation tokens",
+            "without position 0 and massive-activation tokens"} <= drawn  # one line per token set
     assert "predicted" not in title and "final layer pre-norm" in title
     assert title.startswith(f"m: anisotropy profile, {summary['bell_verdict'].split(':')[0]}")
 
@@ -248,3 +259,24 @@ def test_the_zip_holds_the_data_files_only(tmp_path, final_norm):
     get_study("anisotropy").finish(tmp_path, seed)
     with zipfile.ZipFile(tmp_path / "anisotropy_results.zip") as archive:
         assert sorted(archive.namelist()) == ["anisotropy_profile.png", "report.md", "result.json", "table.csv"]
+
+
+def test_a_token_set_left_with_one_token_is_skipped_and_named_in_the_report():
+    """Texts of 2 tokens; at layer 1 position 1 of texts 0-10 holds 1000 in dim 3 (> 100 x its text's median |x|
+    of about 0.7: massive), that of text 11 is noise. Without position 0 and those tokens 1 token is left: the set
+    is skipped (a covariance needs 2), not checked, and the report says so; the other sets are computed."""
+    n_layers = 4
+    rng = np.random.default_rng(6)
+    text, position = np.repeat(np.arange(N_TEXTS), 2), np.tile(np.arange(2), N_TEXTS)
+    layers = rng.normal(size=(n_layers + 1, len(text), D))
+    layers[1, (position == 1) & (text < N_TEXTS - 1), 3] = 1000.0
+    s = token_states(layers, text, position)
+    summary, rows = analyse(s, n_layers)
+    assert summary["skipped_token_sets"] == {"excl_pos0_massive": "1 token state(s) left; a covariance needs 2"}
+    assert {t: summary["token_sets"][t]["n_tokens"] for t in summary["token_sets"]} == {
+        "all": 2 * N_TEXTS, "excl_pos0": N_TEXTS, "excl_massive": N_TEXTS + 1}
+    assert "excl_pos0_massive" not in set(make_table(rows)["tokens"])
+    assert "without position 0 and massive-activation tokens" not in [c["check"] for c in summary["checks"]]
+    report = get_study("anisotropy").report(as_result(summary, rows))
+    assert ("### without position 0 and massive-activation tokens: not computed (1 token state(s) left; a covariance "
+            "needs 2)") in report

@@ -36,14 +36,16 @@ def bundled_prompts_path() -> Path:
     return Path(str(resources.files("layerscope.data").joinpath("bundled/prompts.txt")))
 
 
-def load_prompts(path: str | os.PathLike | None = None) -> PromptSet:
+def load_prompts(path: str | os.PathLike | None = None, *, option: str = "--prompts",
+                 purpose: str = "anisotropy", minimum: int = MIN_PROMPTS) -> PromptSet:
     """``prompts = load_prompts("mine.txt")``: read a prompts file; ``None`` reads the bundled one.
 
     Lines end at ``\\n``, ``\\r\\n`` or ``\\r``; a leading byte-order mark is dropped. A file that cannot be read,
-    is not UTF-8 or has fewer than ``MIN_PROMPTS`` prompts raises :class:`DatasetError`.
+    is not UTF-8 or has fewer than ``minimum`` prompts raises :class:`DatasetError`; its message names
+    ``option`` and ``purpose`` (the study that reads the file).
     """
     path = Path(path) if path is not None else bundled_prompts_path()
-    require_file(path, "prompts file", "--prompts")
+    require_file(path, "prompts file" if option == "--prompts" else "texts file", option)
     texts, kinds, kind = [], [], None
     for line in (raw.strip() for raw in split_lines(read_text(path))):
         if line.startswith("#"):
@@ -51,7 +53,7 @@ def load_prompts(path: str | os.PathLike | None = None) -> PromptSet:
         elif line:
             texts.append(line)
             kinds.append(kind)
-    if len(texts) < MIN_PROMPTS:
-        raise DatasetError(f"{path}: {len(texts)} prompt(s); anisotropy needs at least {MIN_PROMPTS} "
+    if len(texts) < minimum:
+        raise DatasetError(f"{path}: {len(texts)} prompt(s); {purpose} needs at least {minimum} "
                            "(one per line) to compare token states across prompts")
     return PromptSet(texts=tuple(texts), kinds=tuple(kinds), source=str(path))

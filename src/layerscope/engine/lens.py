@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -119,6 +120,28 @@ def _find_final_norm(lm: LoadedModel) -> torch.nn.Module:
                           "transformers whose final norm is such a module")
 
 
+@dataclass(frozen=True)
+class FinalTerms:
+    """What every layer's lens metrics need of the final logits (N, vocab), computed once per chunk."""
+
+    log_p: torch.Tensor
+    """(N, vocab) float32 log-softmax."""
+    p: torch.Tensor
+    """(N, vocab) its probabilities."""
+    neg_entropy: torch.Tensor
+    """(N,) sum p log p (0 log 0 = 0)."""
+    top: torch.Tensor
+    """(N,) the argmax token."""
+
+
+def final_terms(final_logits: torch.Tensor) -> FinalTerms:
+    """``terms = final_terms(final_logits)``: the :class:`FinalTerms` of (N, vocab) final logits."""
+    log_p = F.log_softmax(final_logits.float(), dim=-1)
+    p = log_p.exp()
+    neg_entropy = torch.where(p > 0, p * log_p, 0.0).sum(dim=-1)  # as the cross term below: KL(final || final) = 0
+    return FinalTerms(log_p=log_p, p=p, neg_entropy=neg_entropy, top=log_p.argmax(dim=-1))
+
+
 class LensSums:
     """Running float64 sums of the logit-lens metrics per layer, over chunks of scored tokens (baukit style).
 
@@ -142,20 +165,21 @@ class LensSums:
         return sorted(self._sums)
 
     @torch.inference_mode()
-    def update(self, layer: int, lens_logits: torch.Tensor, final_logits: torch.Tensor,
+    def update(self, layer: int, lens_logits: torch.Tensor, final_logits: torch.Tensor | FinalTerms,
                targets: torch.Tensor) -> None:
-        """Add one chunk of ``N`` scored tokens at ``layer``: logits (N, vocab) each, ``targets`` (N,) token ids."""
-        if lens_logits.shape != final_logits.shape or lens_logits.shape[:1] != targets.shape:
-            raise ValueError(f"lens logits {tuple(lens_logits.shape)}, final logits {tuple(final_logits.shape)} "
+        """Add one chunk of ``N`` scored tokens at ``layer``: logits (N, vocab) each, ``targets`` (N,) token ids.
+        ``final_logits`` may be given as :func:`final_terms` of them, computed once for every layer of a chunk."""
+        final = final_logits if isinstance(final_logits, FinalTerms) else final_terms(final_logits)
+        if lens_logits.shape != final.log_p.shape or lens_logits.shape[:1] != targets.shape:
+            raise ValueError(f"lens logits {tuple(lens_logits.shape)}, final logits {tuple(final.log_p.shape)} "
                              f"and targets {tuple(targets.shape)} must be (N, vocab), (N, vocab), (N,)")
         lens = F.log_softmax(lens_logits.float(), dim=-1)
-        final = F.log_softmax(final_logits.float().to(lens.device), dim=-1)
         targets = targets.to(lens.device)
-        p_lens, p_final = lens.exp(), final.exp()
         ce = -lens.gather(1, targets[:, None]).squeeze(1)
-        entropy = -torch.where(p_lens > 0, p_lens * lens, 0.0).sum(dim=-1)
-        kl = torch.where(p_final > 0, p_final * (final - lens), 0.0).sum(dim=-1)
-        agree = lens.argmax(dim=-1) == final.argmax(dim=-1)
+        entropy = torch.special.entr(lens.exp()).sum(dim=-1)  # -p log p, 0 where p = 0
+        cross = torch.where(final.p > 0, final.p * lens, 0.0).sum(dim=-1)  # sum p_final log p_lens
+        kl = final.neg_entropy - cross  # sum p_final (log p_final - log p_lens)
+        agree = lens.argmax(dim=-1) == final.top
         chunk = torch.stack([ce.double().sum(), entropy.double().sum(), kl.double().sum(), agree.double().sum()])
         if layer not in self._sums:
             self._sums[layer] = torch.zeros(len(METRICS), dtype=torch.float64, device=chunk.device)
@@ -221,5 +245,6 @@ def lens_batch(lm: LoadedModel, states: Mapping[int, torch.Tensor], batch: Batch
     for s in range(0, len(rows), step):
         r, c, t = rows[s : s + step], cols[s : s + step], targets[s : s + step]
         final = logits(n_layers, r, c)
+        terms = final_terms(final)
         for layer in layers:
-            sums.update(layer, final if layer == n_layers else logits(layer, r, c), final, t)
+            sums.update(layer, final if layer == n_layers else logits(layer, r, c), terms, t)

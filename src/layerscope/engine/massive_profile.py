@@ -15,7 +15,9 @@ largest |activation| over the text's real tokens and all dimensions (its "top"),
 counts, whatever it holds). For each layer the profile keeps the per-text ratios top / median, which position
 class carries the top (the start token, the first delimiter, any other token) and in which dimension it sits,
 and, per position class, the mean over texts of that class's largest |activation| / the text's median.
-Everything is computed in float64.
+The |activations| are compared in the states' own precision (float32 at least, so a bfloat16 model's values
+are exact); the ratios are computed in float64. Each :meth:`MassiveProfile.update` is one set of tensor
+operations on the whole (B, T, d) batch, on the states' device, and one copy of a (B, 10) table to the CPU.
 """
 
 from __future__ import annotations
@@ -71,14 +73,62 @@ def position_class(batch: Batch, delimiters: frozenset[int]) -> torch.Tensor:
     return classes
 
 
-def textbook_median(values: torch.Tensor) -> torch.Tensor:
-    """``textbook_median(x)``: the median of all of ``x``'s values (0-d tensor), the mean of the two middle
-    values for an even count (as ``np.median``); ``x`` must be non-empty."""
-    flat = values.flatten()
-    n = flat.numel()
-    lower = flat.kthvalue((n + 1) // 2).values
-    upper = flat.kthvalue(n // 2 + 1).values
-    return (lower + upper) / 2
+def _empty_text(text) -> ExtractionError:
+    return ExtractionError(f"text {int(text)} has no tokens; drop empty texts before profiling activations")
+
+
+RATIO, CLASS_RATIO, HAS_CLASS, TOP_CLASS, TOP_DIM, TOKENS = 0, slice(1, 4), slice(4, 7), 7, 8, 9
+"""Columns of :func:`_per_text`'s (B, 10) table."""
+
+
+def _per_text(hidden: torch.Tensor, real: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+    """``table = _per_text(hidden, real, classes)``: (B, 10) float64 on ``hidden``'s device, one row per text:
+    top / median, each class's largest |activation| / median (3; meaningless where the text lacks the class),
+    whether the text has each class (3; 0 or 1), the class code and the dimension of the top, the text's real
+    tokens (columns named by :data:`RATIO` ... :data:`TOKENS`). ``hidden`` (B, T, d) with T, d > 0, ``real``
+    (B, T) bool, ``classes`` (B, T) codes.
+
+    Padding is never read: a padded position's peak is -1 (below every |activation|) and its values are NaN
+    for the median. The top is the first maximum in (position, dimension) order: the first position whose peak
+    is the largest, then the first dimension there holding it (``argmax`` returns the first maximum)."""
+    mag = hidden.to(torch.promote_types(hidden.dtype, torch.float32)).abs()  # (B, T, d), a new tensor
+    peak = mag.amax(dim=-1).masked_fill_(~real, -1.0)  # (B, T)
+    position = peak.argmax(dim=1)  # (B,) a real position: real peaks are >= 0
+    rows = torch.arange(len(peak), device=peak.device)
+    top = peak[rows, position]  # (B,)
+    dim = mag[rows, position].argmax(dim=1)  # (B,) in that position's (B, d) values
+    tokens = real.sum(dim=1)  # (B,)
+    padding = torch.zeros_like(peak).masked_fill_(~real, torch.nan)[..., None]  # (B, T, 1): 0, NaN at padding
+    median = _medians(mag.add_(padding).flatten(1), tokens * hidden.shape[-1])  # (B,) float64; |h| + 0 is |h|
+    member = (classes[..., None] == torch.arange(len(CLASSES), device=classes.device)) & real[..., None]
+    class_peak = peak[..., None].masked_fill(~member, -1.0).amax(dim=1)  # (B, 3)
+    return torch.cat([
+        (top.double() / median)[:, None],
+        class_peak.double() / median[:, None],
+        member.any(dim=1).double(),
+        classes.gather(1, position[:, None]).double(),
+        dim[:, None].double(),
+        tokens[:, None].double(),
+    ], dim=1)
+
+
+def _medians(values: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """``median = _medians(values, n)``: (B,) float64, per row of ``values`` (B, N) (float32 or float64, >= 0 or
+    NaN) the textbook median of its ``n`` (B,) non-NaN values: the mean of the two middle values for an even
+    count, as ``np.median``.
+
+    ``nanmedian`` gives the lower middle value; the upper one is the lower one when more than half the values
+    are at most it, else the smallest value above it."""
+    lower = values.nanmedian(dim=1).values  # (B,)
+    at_most = n - (values > lower[:, None]).sum(dim=1)  # NaN > x is False
+    upper = torch.where(at_most >= n // 2 + 1, lower, _smallest_above(values, lower))
+    return (lower.double() + upper.double()) / 2
+
+
+def _smallest_above(values: torch.Tensor, lower: torch.Tensor) -> torch.Tensor:
+    """``_smallest_above(values, lower)``: (B,) per row of ``values`` (B, N) (NaN where no value) its smallest
+    value above ``lower`` (B,); inf where there is none."""
+    return torch.where(values > lower[:, None], values, torch.inf).amin(dim=1)  # NaN > x is False
 
 
 @dataclass
@@ -136,7 +186,7 @@ class MassiveSummary:
 
 
 class MassiveProfile:
-    """Accumulates the massive-activation profile one layer of one batch at a time (float64)::
+    """Accumulates the massive-activation profile one layer of one batch at a time (ratios in float64)::
 
         profile = MassiveProfile()
         profile.update(layer, hidden, batch, classes)   # hidden (B, T, d); classes from position_class (B, T)
@@ -160,27 +210,27 @@ class MassiveProfile:
                 "of this batch"
             )
         stats = self._layers.setdefault(int(layer), _LayerStats())
-        for row in range(hidden.shape[0]):
-            self._add_text(stats, hidden[row][real[row]], classes[row][real[row]], int(batch.index[row]))
+        if hidden.shape[0] == 0:
+            return
+        if hidden.shape[1] == 0:
+            raise _empty_text(batch.index[0])
+        table = _per_text(hidden, real, classes).cpu().numpy()  # (B, 10): the one copy to the CPU
+        empty = np.flatnonzero(table[:, TOKENS] == 0)
+        if len(empty):
+            raise _empty_text(batch.index[empty[0]])
+        self._add(stats, table)
 
     @staticmethod
-    def _add_text(stats: _LayerStats, states: torch.Tensor, classes: torch.Tensor, text: int) -> None:
-        """One text's real tokens: ``states`` (n, d), ``classes`` (n,)."""
-        if states.shape[0] == 0:
-            raise ExtractionError(f"text {text} has no tokens; drop empty texts before profiling activations")
-        mag = states.to(torch.float64).abs()
-        median = textbook_median(mag)
-        flat_top = int(mag.flatten().argmax())
-        position, dim = divmod(flat_top, mag.shape[1])
-        stats.ratios.append(float(mag[position, dim] / median))
-        stats.top_class[int(classes[position])] += 1
-        stats.top_dims[dim] += 1
-        peak = mag.amax(dim=1)  # (n,)
-        for code in range(len(CLASSES)):
-            rows = classes == code
-            if rows.any():
-                stats.class_sum[code] += float(peak[rows].max() / median)
-                stats.class_texts[code] += 1
+    def _add(stats: _LayerStats, table: np.ndarray) -> None:
+        """Add the texts of :func:`_per_text`'s ``table`` (B, 10) to ``stats``, in row order."""
+        has = table[:, HAS_CLASS] == 1
+        stats.ratios.extend(table[:, RATIO].tolist())
+        np.add.at(stats.top_class, table[:, TOP_CLASS].astype(np.int64), 1)
+        stats.top_dims.update(table[:, TOP_DIM].astype(np.int64).tolist())
+        contributions = np.where(has, table[:, CLASS_RATIO], 0.0)
+        # cumsum adds the texts one after the other, as a loop would: the same float64 sums for any batching
+        stats.class_sum = np.cumsum(np.vstack([stats.class_sum, contributions]), axis=0)[-1]
+        stats.class_texts += has.sum(axis=0)
 
     def result(self) -> MassiveSummary:
         """``summary = profile.result()``: a :class:`MassiveSummary` of every layer updated so far."""

@@ -77,28 +77,36 @@ def is_file_setting(cls: type[Settings], key: str, value: Any) -> bool:
     return found is not None and value is not None and value not in found.metadata["keywords"]
 
 
+LAYERS_HELP = "Layers to test: 'all', 'seed' (every 4th plus the last) or a list like '0,4,8'."
+
+
+def layers_setting(layers: str | list[int] | tuple[int, ...] | None) -> str | None:
+    """A ``layers`` setting checked and written as a string: ``[0, 4, 8]`` (the Python API, YAML) -> ``"0,4,8"``."""
+    if isinstance(layers, (list, tuple)):
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in layers):
+            raise ConfigError(f"layers {short(list(layers))} must be whole numbers, e.g. [0, 4, 8]")
+        layers = ",".join(map(str, layers))
+    if layers is not None:
+        if not isinstance(layers, str):
+            raise ConfigError(f"layers {short(layers)} must be 'all', 'seed', a list like [0, 4, 8] "
+                              "or a string like '0,4,8'")
+        parse_layers(layers)
+    return layers
+
+
 @dataclass(frozen=True)
 class PairSettings(Settings):
     """What every statement-pair study reads: the dataset, the layers to test and the permutation count."""
 
     dataset: str | None = setting("Statement-pair dataset file (.json, .jsonl, .csv); default: the bundled pairs.",
                                   file=True)
-    layers: str | list[int] | None = setting("Layers to test: 'all', 'seed' (every 4th plus the last) or a list like "
-                                             "'0,4,8'. Default: all (seed with --compat seed).")
+    layers: str | list[int] | None = setting(f"{LAYERS_HELP} Default: all (seed with --compat seed).")
     n_permutations: int = setting("Permutations for the permutation p-values (not used in seed compat).",
                                   default=10_000)
 
     def __post_init__(self):
         super().__post_init__()
-        if isinstance(self.layers, (list, tuple)):  # the Python API and YAML take [0, 4, 8] for "0,4,8"
-            if not all(isinstance(x, int) and not isinstance(x, bool) for x in self.layers):
-                raise ConfigError(f"layers {short(list(self.layers))} must be whole numbers, e.g. [0, 4, 8]")
-            object.__setattr__(self, "layers", ",".join(map(str, self.layers)))
-        if self.layers is not None:
-            if not isinstance(self.layers, str):
-                raise ConfigError(f"layers {short(self.layers)} must be 'all', 'seed', a list like [0, 4, 8] "
-                                  "or a string like '0,4,8'")
-            parse_layers(self.layers)
+        object.__setattr__(self, "layers", layers_setting(self.layers))
         if self.n_permutations < 100:
             raise ConfigError(f"n_permutations {self.n_permutations} is too few for a p-value; use >= 100")
 

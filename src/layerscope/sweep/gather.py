@@ -14,8 +14,9 @@ from ..studies import StudyResult, get_study
 from ..studies.config import StudyConfig
 from .plan import Task
 
-SIDE_COLUMNS = ("category", "rank", "phase")
-"""Rows with a value here are broken down further than one number per layer; sweep figures leave them out."""
+SIDE_COLUMNS = ("category", "rank", "phase", "layer_b", "model_b", "position_class")
+"""Rows with a value here are broken down further than one number per layer (a layer pair's CKA, a position
+class); sweep figures leave them out."""
 
 
 def gather_table(tasks: list[Task]) -> pd.DataFrame:

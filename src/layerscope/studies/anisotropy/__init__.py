@@ -2,9 +2,9 @@
 the bell-curve test, outlier dimensions, and the same without position 0.
 
 Default mode: the final layer is the last block's output before the final norm (the post-norm state is a
-sensitivity row), the token sets are all tokens, without position 0 and without the massive-activation tokens,
-the bell label needs two significant slopes, and L* comes with what drives it. ``--compat seed``: the notebook's
-profile, token set and labels.
+sensitivity row), the token sets are all tokens, without position 0, without the massive-activation tokens and
+without both, the bell label needs two significant slopes, and L* comes with what drives it. ``--compat seed``:
+the notebook's profile, token set and labels.
 
 ``anisotropy_results.zip`` (written by :meth:`Anisotropy.finish`) holds the data files only: result.json,
 table.csv and report.md (the figures are beside it, and index.html embeds them); with ``--compat seed`` also

@@ -3,7 +3,7 @@ states is; L* = the layer of maximum top1_ratio; the bell-curve test around it; 
 notebook never checks: outlier dimensions, the position-0 sink and massive-activation tokens.
 
     summary, rows = analyse_states(name, n_layers, states, config)   # token sets and settings from the StudyConfig
-    summary, rows = analyse_model(name, n_layers, states, ["all", "excl_pos0", "excl_massive"], "all",
+    summary, rows = analyse_model(name, n_layers, states, list(TOKEN_SETS), "all",
                                   reference=None, compat=None, level=0.95)   # the same, settings by hand
     bell_verdict(values, star, level=0.95)   # significant rise, then significant fall, or says which fails
 
@@ -54,9 +54,10 @@ SATURATED = 0.99
 MIN_SEGMENT = 3
 """The bell test needs at least this many layers before L* and from L* on, else it is not assessable."""
 TOKEN_SETS = {"all": "all tokens", "excl_pos0": "without position 0",
-              "excl_massive": "without massive-activation tokens"}
+              "excl_massive": "without massive-activation tokens",
+              "excl_pos0_massive": "without position 0 and massive-activation tokens"}
 """The token sets of the default mode and how reports name them (seed compat: "all", with --exclude-bos also
-"excl_pos0")."""
+"excl_pos0"). ``excl_pos0_massive`` leaves out position 0 and every massive-activation token (wherever it sits)."""
 
 
 def l_star(top1: list[float]) -> int:
@@ -285,7 +286,7 @@ def corrected_analysis(name: str, n_layers: int, states: TokenStates, token_sets
     """The default analysis: every token set's profile with the final layer before the final norm (rows at layer
     ``n_layers`` carry ``stage`` "pre_norm", and the post-norm state "post_norm"), :func:`bell_verdict` at
     ``level``, the sink's norm ratio per layer, the massive-activation tokens, what drives L*, and whether L* and
-    the bell label hold without position 0, without massive tokens and after the final norm."""
+    the bell label hold without position 0, without massive tokens, without both and after the final norm."""
     if states.pre_norm is None:
         raise LayerscopeError(f"anisotropy, {name}: the token states hold no pre-norm final state; build them with "
                               "engine.tokens.token_states (or pass pre_norm), or use compat='seed'")
@@ -293,7 +294,7 @@ def corrected_analysis(name: str, n_layers: int, states: TokenStates, token_sets
     flags, flag_layers = massive_flags(states, n_layers)
     massive, flagged = massive_summary(flags, flag_layers, states, decode), flags.any(axis=0)
     masks = {"all": np.ones(len(states.position), dtype=bool), "excl_pos0": states.position > 0,
-             "excl_massive": ~flagged}
+             "excl_massive": ~flagged, "excl_pos0_massive": (states.position > 0) & ~flagged}
     rows, sets, profiles, posts, skipped = [], {}, {}, {}, {}
     for tokens in token_sets:
         keep = masks[tokens]

@@ -29,7 +29,8 @@ DRIVER_SHARE = 0.5
 LISTED = 20
 """Mid-sentence massive-activation tokens listed in the summary (all are counted)."""
 CHECK_NAMES = {"all": "with all tokens", "excl_pos0": "without position 0",
-               "excl_massive": "without massive-activation tokens"}
+               "excl_massive": "without massive-activation tokens",
+               "excl_pos0_massive": "without position 0 and massive-activation tokens"}
 POST_NORM = "after the final norm"
 
 

@@ -38,7 +38,7 @@ def figures(result: StudyResult) -> dict[str, Figure]:
         fig, axes = figure(2, 2, size=(14, 10))
         for ax, (metric, ylabel, title, color, marker) in zip(axes.flat, PANELS, strict=False):
             others = [t for t in s["token_sets"] if t != primary]
-            for tokens, style in ((primary, "-"), *zip(others, ("--", ":"), strict=False)):
+            for tokens, style in ((primary, "-"), *zip(others, ("--", ":", "-."), strict=False)):
                 series, after = split_stage(rows[(rows["metric"] == metric) & (rows["tokens"] == tokens)])
                 series = series.sort_values("layer")
                 plot = ax.semilogy if metric == "eigenvalue_variance" else ax.plot

@@ -119,7 +119,8 @@ class Massive(TypedDict):
 class LStarCheck(TypedDict):
     """The headline L* and bell label under one sensitivity check (:func:`drivers.lstar_checks`)."""
 
-    check: str  # "without position 0", "without massive-activation tokens", "with all tokens", "after the final norm"
+    check: str  # "without position 0", "without massive-activation tokens", "without position 0 and
+    # massive-activation tokens", "with all tokens" or "after the final norm"
     value: int  # L* under it
     label: str  # the bell label under it
     flips: bool  # L* moves or the bell label flips
@@ -133,7 +134,8 @@ class AnisotropyAnalysis(TypedDict):
     n_layers: int  # the model's blocks; hidden states run 0 to n_layers
     hidden_dim: int  # the hidden size
     primary: str  # the headline token set: "all" or "excl_pos0" (--exclude-bos)
-    token_sets: dict[str, TokenSet]  # by token set ("all", "excl_pos0", "excl_massive"): its profile's verdicts
+    token_sets: dict[str, TokenSet]  # by token set ("all", "excl_pos0", "excl_massive", "excl_pos0_massive"; seed
+    # compat: "all", "excl_pos0"): its profile's verdicts
     l_star: int  # the headline token set's L*
     outlier_verdict: str | None  # whether outlier dimensions explain a saturated top1_ratio (None: "all" not run)
     final_layer: NotRequired[str]  # what layer n_layers holds in the profile: "pre_norm" (default mode)

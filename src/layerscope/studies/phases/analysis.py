@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...changepoints import thirds
 from ...geometry import centroid_asymmetry
 from ...progress import steps
 from ...report.markdown import number, signed
@@ -64,8 +65,7 @@ means and verdicts leave such layers out, and :func:`verdicts` checks the inputs
 
 def phase_split(layers: list[int]) -> dict[str, list[int]]:
     """Tested layers in thirds, as the notebook splits them (n // 3 and 2n // 3)."""
-    n = len(layers)
-    return {"early": layers[: n // 3], "mid": layers[n // 3 : 2 * n // 3], "late": layers[2 * n // 3 :]}
+    return thirds(layers)
 
 
 def pattern(early: float, mid: float, late: float) -> str:

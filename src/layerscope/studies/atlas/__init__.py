@@ -1,0 +1,123 @@
+"""Atlas study: the field's standard per-layer measures on any causal LM, from one streamed pass.
+
+Per layer: the logit lens (cross-entropy, entropy, KL to the final layer, top-1 agreement), block influence and
+angular distance, linear CKA between layers (and between models), TwoNN intrinsic dimension, prompt and dataset
+matrix entropy, massive activations, the residual norm and the covariance top-1 share (anisotropy); then the
+change points of each profile over depth, beside the phases study's thirds and the anisotropy L*.
+
+    result = Atlas().run(StudyConfig(study="atlas", max_tokens=20_000))
+    s: AtlasModel = result.summary["models"]["smollm2-135m"]
+    s["boundaries"]["consensus"], s["boundaries"]["thirds"], s["l_star"]
+    result.table.query("metric == 'lens_kl'")
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from ...data.texts import MIN_TEXTS, load_texts
+from ...engine.atlas import atlas_pass
+from ..base import Study
+from ..config import StudyConfig
+from ..manifest import manifest, model_entry
+from ..registry import register_study
+from ..result import StudyResult, make_table
+from ..runner import each_model
+from ..settings import LAYERS_HELP, ConfigError, Settings, by_compat, layers_setting, select_layers, setting
+from .analysis import VERDICT_METRICS, analyse_pass, cross_model_rows
+from .figures import figures as draw_figures
+from .report import headline_line
+from .report import report as write_report
+from .summary import AtlasModel, AtlasSummary
+
+
+@dataclass(frozen=True)
+class AtlasSettings(Settings):
+    texts: str | None = setting("Texts to measure: a text file, one per line (blank lines and '# ' lines skipped), "
+                                "or a languages .json file (every language's texts); default: the bundled pair "
+                                "statements and prompts.", file=True)
+    layers: str | list[int] | None = setting(f"{LAYERS_HELP} Default: all (seed with --compat seed).")
+    max_tokens: int | None = setting("Measure only the first texts that fit in this many tokens together "
+                                     "(default: every text).")
+
+    def __post_init__(self):
+        super().__post_init__()
+        object.__setattr__(self, "layers", layers_setting(self.layers))
+        if self.max_tokens is not None and (isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int)
+                                            or self.max_tokens < 2):
+            raise ConfigError(f"--max-tokens {self.max_tokens} must be a whole number of at least 2 (a covariance "
+                              "needs 2 token states); leave it out to measure every text")
+
+    @by_compat
+    def layer_spec(self, compat: str | None) -> str:
+        return self.layers or ("seed" if compat == "seed" else "all")
+
+
+@register_study
+class Atlas(Study):
+    name = "atlas"
+    title = "Layer atlas"
+    question = ("Per layer, what do the field's standard measures say (logit lens, block influence, CKA, intrinsic "
+                "dimension, matrix entropy, massive activations, norm), and where do they put the phase boundaries?")
+    Settings = AtlasSettings
+    order = 60
+    verdict_metrics = VERDICT_METRICS
+
+    def check_inputs(self, config: StudyConfig) -> None:
+        load_texts(config.texts)
+
+    def main_view(self, config: StudyConfig) -> dict:
+        return {"subset": "all", "tokens": "all"}  # block influence over every token, massive ones included
+
+    def run(self, config: StudyConfig) -> StudyResult:
+        texts = load_texts(config.texts)
+        timings: dict[str, float] = {}
+        summaries, rows, models, pooled = {}, [], [], {}
+        for run in each_model(config, timings):
+            layers = select_layers(config.layer_spec, run.info.n_layers, run.info.name)
+            measured = atlas_pass(run.lm, texts.texts, layers=layers, batch_size=config.batch_size,
+                                  max_length=config.max_length, max_tokens=config.max_tokens)
+            run.mark("pass_s")
+            if measured.n_texts < MIN_TEXTS:
+                raise ConfigError(f"--max-tokens {config.max_tokens} keeps {measured.n_texts} text(s) of "
+                                  f"{run.info.name}; the atlas needs at least {MIN_TEXTS} (TwoNN needs a first and "
+                                  "a second neighbour): raise --max-tokens")
+            for key, seconds in measured.seconds.items():
+                timings[f"pass_{key}"] = round(timings.get(f"pass_{key}", 0.0) + seconds, 3)
+            info = run.release()
+            summary, model_rows = analyse_pass(info.name, measured, seed=config.seed)
+            summaries[info.name] = summary
+            rows += model_rows
+            pooled[info.name] = (info.n_layers, measured.layers, measured.pooled)
+            models.append(model_entry(info))
+            run.mark("analysis_s")
+        start = time.perf_counter()
+        cross = cross_model_rows(pooled, seed=config.seed)
+        rows += cross
+        timings["cross_model_s"] = round(time.perf_counter() - start, 3)
+        dataset = {"kind": "texts", "source": texts.source, "hash": texts.hash, "n_texts": len(texts.texts),
+                   "max_tokens": config.max_tokens}
+        study_summary: AtlasSummary = {"models": summaries, "cross_model": sorted({r["model"] for r in cross}),
+                                       "warnings": []}
+        record = manifest(config, models, dataset, timings)
+        return StudyResult(study=self.name, config=config.to_dict(), manifest=record, summary=study_summary,
+                           table=make_table(rows))
+
+    figures = staticmethod(draw_figures)
+    report = staticmethod(write_report)
+
+    def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
+        """The consensus phase boundaries (% depth), the anisotropy L*, the layer of peak TwoNN dimension and the
+        logit lens's KL half-way layer (% depth)."""
+        s: AtlasModel = result.summary["models"][model]
+        n = s["n_layers"]
+        first, second = s["boundaries"]["consensus"] or (float("nan"), float("nan"))
+        return {"boundary_1_depth_pct": 100 * first / n, "boundary_2_depth_pct": 100 * second / n,
+                "l_star": s["l_star"], "twonn_peak_layer": s["twonn_peak_layer"],
+                "lens_kl_half_depth_pct": 100 * s["lens_kl_half_layer"] / n}
+
+    def headline(self, result: StudyResult) -> list[str]:
+        """One line per model: where the measures put the phase boundaries and whether the thirds and L* agree."""
+        summary: AtlasSummary = result.summary
+        return [headline_line(model, s) for model, s in summary["models"].items()]

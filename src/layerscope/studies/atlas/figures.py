@@ -1,0 +1,117 @@
+"""Atlas figures: the profiles over normalised depth, the CKA heat maps and the massive-activation map.
+
+    figs = figures(result)   # {"atlas_profiles": Figure, "cka_<model>": Figure, "cka_<a>_vs_<b>": Figure,
+                             #  "massive_map_<model>": Figure}
+
+The profile panel draws every model on normalised depth (layer / n_layers); each model's consensus change points
+are solid vertical lines in its colour, the phases study's thirds dashed grey, the anisotropy L* dotted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+
+from ...engine.massive_profile import CLASSES
+from ...report.plotting import figure, figure_slug
+from ..result import StudyResult
+from .summary import AtlasSummary
+
+PANELS = [("lens_ce", "Logit lens: cross-entropy (nats)", False), ("lens_kl", "Logit lens: KL(final || lens)", True),
+          ("lens_top1_agree", "Logit lens: top-1 agreement", False), ("lens_entropy", "Logit lens: entropy", False),
+          ("block_influence", "Block influence 1 - cos(h_l, h_l+1)", True),
+          ("angular_distance", "Angular distance (last token)", False),
+          ("twonn_id", "TwoNN intrinsic dimension", False),
+          ("top1_ratio", "Anisotropy: covariance top-1 share", False),
+          ("prompt_entropy_normalised", "Prompt entropy (normalised)", False),
+          ("dataset_entropy_normalised", "Dataset entropy (normalised)", False),
+          ("massive_ratio", "Massive activation: top / median", True), ("norm", "Residual norm", True)]
+
+
+def figures(result: StudyResult) -> dict[str, Figure]:
+    summary: AtlasSummary = result.summary
+    table = result.table
+    colors = dict(zip(summary["models"], colormaps["tab10"](np.arange(len(summary["models"])) % 10), strict=True))
+    out = {"atlas_profiles": profiles(table, summary, colors)}
+    own = table[(table["metric"] == "cka") & _empty(table, "model_b")]
+    for model in summary["models"]:
+        out[f"cka_{figure_slug(model)}"] = heatmap(own[own["model"] == model], model, model)
+        out[f"massive_map_{figure_slug(model)}"] = massive_map(table[table["model"] == model], model)
+    cross = table[(table["metric"] == "cka") & ~_empty(table, "model_b")]
+    if len(cross):  # one model: no model_b column at all
+        for (a, b), rows in cross.groupby(["model", "model_b"], sort=False):
+            out[f"cka_{figure_slug(a)}_vs_{figure_slug(b)}"] = heatmap(rows, a, b)
+    return out
+
+
+def _empty(table: pd.DataFrame, column: str) -> pd.Series:
+    return table[column].isna() if column in table else pd.Series(True, index=table.index)
+
+
+def profiles(table: pd.DataFrame, summary: AtlasSummary, colors: dict) -> Figure:
+    fig, axes = figure(3, 4, size=(22, 13))
+    for ax, (metric, title, log) in zip(axes.flat, PANELS, strict=True):
+        for model, s in summary["models"].items():
+            n = s["n_layers"]
+            rows = table[(table["model"] == model) & (table["metric"] == metric)]
+            if "tokens" in rows:
+                main = rows[rows["tokens"].isna() | (rows["tokens"] == "all")]
+                extra = rows[rows["tokens"] == "excl_massive"]
+            else:
+                main, extra = rows, rows.iloc[:0]
+            main = main.sort_values("layer")
+            ax.plot(main["layer"] / n, main["value"], "-o", markersize=3, color=colors[model], label=model)
+            if len(extra):
+                extra = extra.sort_values("layer")
+                ax.plot(extra["layer"] / n, extra["value"], "--", color=colors[model], alpha=0.7,
+                        label=f"{model}, without massive tokens")
+            for b in s["boundaries"]["consensus"] or []:
+                ax.axvline(b / n, color=colors[model], linewidth=1.5, alpha=0.8)
+            for b in s["boundaries"]["thirds"]:
+                ax.axvline(b / n, color="grey", linestyle="--", linewidth=1)
+            ax.axvline(s["l_star"] / n, color=colors[model], linestyle=":", linewidth=1.5)
+        if log:
+            ax.set_yscale("log")
+        ax.set_title(title)
+        ax.set_xlabel("Depth (layer / n_layers)")
+        ax.grid(True, alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle("Layer atlas: solid lines, the measures' change points; dashed grey, the phases study's thirds; "
+                 "dotted, the anisotropy L*", fontsize=14, fontweight="bold")
+    return fig
+
+
+def heatmap(rows: pd.DataFrame, model: str, model_b: str) -> Figure:
+    """CKA of ``model``'s layers (rows) against ``model_b``'s (columns)."""
+    matrix = rows.pivot_table(index="layer", columns="layer_b", values="value", aggfunc="first")
+    fig, axes = figure(1, 1, size=(8, 7))
+    ax = axes[0, 0]
+    image = ax.imshow(matrix.to_numpy(dtype=float), origin="lower", cmap="magma", vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(matrix.columns)), [str(c) for c in matrix.columns], fontsize=7, rotation=90)
+    ax.set_yticks(range(len(matrix.index)), [str(i) for i in matrix.index], fontsize=7)
+    ax.set_xlabel(f"{model_b} layer")
+    ax.set_ylabel(f"{model} layer")
+    same = model == model_b
+    ax.set_title(f"Linear CKA between the layers of {model}" if same else f"Linear CKA: {model} vs {model_b}")
+    fig.colorbar(image, ax=ax, label="linear CKA (mean-pooled texts)")
+    return fig
+
+
+def massive_map(rows: pd.DataFrame, model: str) -> Figure:
+    """log10 of each position class's largest |activation| / the text's median, layer by layer."""
+    data = rows[rows["metric"] == "massive_class_ratio"]
+    matrix = data.pivot_table(index="layer", columns="position_class", values="value", aggfunc="first")
+    matrix = matrix.reindex(columns=list(CLASSES))
+    fig, axes = figure(1, 1, size=(6, 9))
+    ax = axes[0, 0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = np.log10(matrix.to_numpy(dtype=float))
+    image = ax.imshow(values, origin="lower", cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(CLASSES)), [c.replace("_", " ") for c in CLASSES])
+    ax.set_yticks(range(len(matrix.index)), [str(i) for i in matrix.index], fontsize=7)
+    ax.set_ylabel("layer")
+    ax.set_title(f"{model}: massive activations by position class")
+    fig.colorbar(image, ax=ax, label="log10(largest |activation| / text median), mean over texts")
+    return fig

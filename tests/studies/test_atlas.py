@@ -1,0 +1,353 @@
+"""The atlas study on tiny random models: its phase boundaries on synthetic profiles with known breaks (worked out
+by hand), `layerscope run atlas` through the CLI (files, metrics, CKA recomputed with numpy from the pass's pooled
+vectors), bad input, ``--max-tokens``, and the atlas inside the tiny suite and a serial sweep."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import tiny
+from layerscope import load_model
+from layerscope.cli import app
+from layerscope.engine.atlas import atlas_pass
+from layerscope.studies import StudyConfig, StudyResult, run_study
+from layerscope.studies.atlas.boundaries import boundaries, change_points, tolerance
+
+runner = CliRunner()
+
+# -- phase boundaries on synthetic profiles --
+
+LAYERS = list(range(31))
+
+
+def three_lines(n: int, first: int, second: int, slopes=(0.1, 0.3, -0.2), jumps=(5.0, -4.0)) -> np.ndarray:
+    """(n,) a profile made of three straight lines that start at index 0, ``first`` and ``second``, with a jump at
+    each start so that no other cut fits as well (a continuous kink would tie with the cut one layer later)."""
+    x = np.arange(n, dtype=float)
+    return np.where(x < first, slopes[0] * x,
+                    np.where(x < second, jumps[0] + slopes[1] * (x - first), jumps[1] + slopes[2] * (x - second)))
+
+
+def test_tolerance_is_a_tenth_of_the_depth_rounded_and_at_least_one():
+    # by hand: 31 -> 3.1 -> 3; 30 -> 3; 18 -> 1.8 -> 2; 12 -> 1.2 -> 1; 6 -> 0.6 -> 1; 4 -> 0.4 -> 0 -> at least 1
+    assert [tolerance(n) for n in (31, 30, 18, 12, 6, 4)] == [3, 3, 2, 1, 1, 1]
+
+
+def test_breaks_at_10_and_20_over_31_layers_agree_with_the_thirds():
+    profiles = {"a": (LAYERS, three_lines(31, 10, 20)), "b": (LAYERS, three_lines(31, 10, 20, slopes=(-1, 0, 2))),
+                "c": (LAYERS, three_lines(31, 10, 20, jumps=(-3.0, 8.0))), "d": (LAYERS, three_lines(31, 12, 22)),
+                "e": (LAYERS, three_lines(31, 5, 25))}
+    b = boundaries(profiles, LAYERS, l_star=13, n_layers=30)
+    assert b["per_metric"] == {"a": [10, 20], "b": [10, 20], "c": [10, 20], "d": [12, 22], "e": [5, 25]}
+    assert b["skipped"] == {}
+    # the median of the first breaks (5, 10, 10, 10, 12) and of the second ones (20, 20, 20, 22, 25): the middle one
+    assert b["consensus"] == [10, 20]
+    # the notebooks' thirds of 31 layers: mid starts at 31 // 3 = 10, late at 2 * 31 // 3 = 20
+    assert b["thirds"] == [10, 20]
+    assert b["tolerance"] == 3  # max(1, round(0.1 * 30))
+    assert b["agree"] == [True, True]
+    # within 3 of layer 10: a, b, c (10), d (12); not e (5). Within 3 of layer 20: a, b, c (20), d (22); not e (25)
+    assert b["support"] == [4, 4]
+    assert b["l_star_near"] is True  # |13 - 10| = 3 <= 3
+    assert "layers 10 and 20" in b["verdict"] and "agree with both" in b["verdict"]
+    assert "within 3 layers" in b["verdict"]
+    assert "4 and 4 of 5 measures" in b["verdict"] and "L* = 13 is near" in b["verdict"]
+    assert boundaries(profiles, LAYERS, l_star=15, n_layers=30)["l_star_near"] is False  # 5 from 10 and from 20
+
+
+def test_breaks_at_5_and_25_agree_with_neither_third():
+    b = boundaries({"a": (LAYERS, three_lines(31, 5, 25))}, LAYERS, l_star=25, n_layers=30)
+    assert b["consensus"] == [5, 25] and b["thirds"] == [10, 20]
+    assert b["agree"] == [False, False]  # |5 - 10| = |25 - 20| = 5 > 3
+    assert b["support"] == [0, 0] and b["l_star_near"] is True
+    assert "agree with neither" in b["verdict"]
+    one = boundaries({"a": (LAYERS, three_lines(31, 9, 27))}, LAYERS, l_star=0, n_layers=30)
+    assert one["agree"] == [True, False] and "early/mid boundary only" in one["verdict"]  # 1 and 7 from the thirds
+
+
+def test_change_points_are_layers_not_positions_when_every_other_layer_is_measured():
+    layers = list(range(0, 31, 2))  # 16 layers; the jumps at positions 5 and 10 are layers 10 and 20
+    found, skipped = change_points({"m": (layers, three_lines(16, 5, 10))})
+    assert found == {"m": [10, 20]} and skipped == {}
+    b = boundaries({"m": (layers, three_lines(16, 5, 10))}, layers, l_star=30, n_layers=30)
+    assert b["thirds"] == [layers[16 // 3], layers[2 * 16 // 3]] == [10, 20]
+    assert b["agree"] == [True, True] and b["l_star_near"] is False
+
+
+def test_a_profile_with_nan_and_one_with_too_few_layers_are_skipped_with_a_reason():
+    with_nan = three_lines(31, 10, 20)
+    with_nan[7] = np.nan
+    profiles = {"nan": (LAYERS, with_nan), "short": (LAYERS[:5], np.arange(5.0)),
+                "ok": (LAYERS, three_lines(31, 10, 20))}
+    b = boundaries(profiles, LAYERS, l_star=10, n_layers=30)
+    assert b["per_metric"] == {"ok": [10, 20]}
+    assert set(b["skipped"]) == {"nan", "short"}
+    assert "not finite" in b["skipped"]["nan"] and "5 layers" in b["skipped"]["short"]
+    assert b["consensus"] == [10, 20] and b["support"] == [1, 1]
+    nothing = boundaries({"nan": (LAYERS, with_nan)}, LAYERS, l_star=10, n_layers=30)
+    assert nothing["consensus"] is None and nothing["agree"] is None and nothing["l_star_near"] is None
+    assert nothing["support"] == [0, 0] and nothing["verdict"].startswith("no measure had enough finite layers")
+    six = change_points({"six": (LAYERS[:6], np.array([0.0, 1.0, 5.0, 6.0, 2.0, 1.0]))})[0]
+    assert six == {"six": [2, 4]}  # 6 layers: the only cut into 3 segments of 2
+
+
+# -- `layerscope run atlas` on tiny models --
+
+FILE_LINES = ["# short texts", "", *tiny.TEXTS[:4], "", "#  longer ones", *tiny.TEXTS[4:], "", ""]
+FILE_TEXTS = [line for line in FILE_LINES if line and not line.startswith("#")]
+METRICS = ["lens_ce", "lens_entropy", "lens_kl", "lens_top1_agree", "block_influence", "angular_distance", "cka",
+           "twonn_id", "prompt_entropy", "dataset_entropy", "massive_ratio", "norm"]
+N_LAYERS = 6
+
+
+def run(*args):
+    return runner.invoke(app, ["run", "atlas", *map(str, args)])
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """Two tiny 6-layer models (Llama without BOS, GPT-2 with BOS) and a texts file with comments and blanks."""
+    root = tmp_path_factory.mktemp("atlas")
+    models = [str(tiny.save(root / "llama", "llama", adds_bos=False, n_layers=N_LAYERS)),
+              str(tiny.save(root / "gpt2", "gpt2", adds_bos=True, n_layers=N_LAYERS))]
+    texts = root / "texts.txt"
+    texts.write_text("\n".join(FILE_LINES))
+    return root, models, texts
+
+
+@pytest.fixture(scope="module")
+def two_models(inputs):
+    """`layerscope run atlas` on both models: (out folder, result.json, table)."""
+    root, models, texts = inputs
+    out = root / "out"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAYERSCOPE_CACHE", str(root / "cache"))
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        result = run("--model", models[0], "--model", models[1], "--texts", texts, "--out", out)
+    assert result.exit_code == 0, result.output
+    return out, json.loads((out / "result.json").read_text()), pd.read_csv(out / "table.csv")
+
+
+def test_run_writes_every_file_and_every_metric_of_the_issue(two_models, inputs):
+    out, data, table = two_models
+    _, models, _ = inputs
+    names = {p.name for p in out.iterdir()}
+    assert {"result.json", "table.csv", "report.md", "atlas_profiles.png", "index.html"} <= names
+    assert len(list(out.glob("cka_*.png"))) == 3  # each model's own, and one across the two
+    assert len(list(out.glob("cka_*_vs_*.png"))) == 1 and len(list(out.glob("massive_map_*.png"))) == 2
+    assert data["study"] == "atlas" and data["manifest"]["dataset"]["n_texts"] == len(FILE_TEXTS) == 11
+    assert {"pass_s", "analysis_s", "after_extraction_s"} <= data["manifest"]["timings"].keys()
+    assert set(METRICS) <= set(table["metric"])
+    for model in models:
+        rows = table[(table["model"] == model) & table["model_b"].isna()]
+        assert data["summary"]["models"][model]["n_texts"] == 11
+        for metric in METRICS:
+            if metric in ("block_influence", "angular_distance"):
+                expected = list(range(N_LAYERS))  # block l: state l -> state l + 1
+            elif metric == "cka":
+                expected = sorted(list(range(N_LAYERS + 1)) * (N_LAYERS + 1))
+            else:
+                expected = list(range(N_LAYERS + 1))
+            got = rows[rows["metric"] == metric]
+            if metric == "block_influence":
+                assert sorted(got["tokens"]) == ["all"] * N_LAYERS + ["excl_massive"] * N_LAYERS
+                got = got[got["tokens"] == "all"]
+            assert sorted(got["layer"].astype(int)) == expected, metric
+            assert np.isfinite(got["value"]).all(), metric
+    report = (out / "report.md").read_text()
+    assert report.startswith("# Layer atlas") and "## Across models" in report
+
+
+def test_cka_within_a_model_is_a_symmetric_layer_by_layer_matrix_with_ones_on_the_diagonal(two_models, inputs):
+    _, _, table = two_models
+    _, models, _ = inputs
+    for model in models:
+        rows = table[(table["model"] == model) & (table["metric"] == "cka") & table["model_b"].isna()]
+        assert len(rows) == (N_LAYERS + 1) ** 2 and not rows.duplicated(["layer", "layer_b"]).any()
+        matrix = rows.pivot(index="layer", columns="layer_b", values="value").to_numpy()
+        assert matrix.shape == (N_LAYERS + 1, N_LAYERS + 1)
+        assert np.abs(np.diag(matrix) - 1).max() < 1e-9
+        assert np.array_equal(matrix, matrix.T)
+        assert ((matrix >= -1e-9) & (matrix <= 1 + 1e-9)).all()
+
+
+def numpy_cka(x: np.ndarray, y: np.ndarray) -> float:
+    """Linear CKA (Kornblith et al. 2019) of x (n, d1) and y (n, d2): ||Y^T X||_F^2 / (||X^T X||_F ||Y^T Y||_F) on
+    the column-centred matrices, float64."""
+    x = np.asarray(x, dtype=np.float64) - np.mean(x, axis=0, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64) - np.mean(y, axis=0, dtype=np.float64)
+    return np.linalg.norm(y.T @ x) ** 2 / (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y))
+
+
+def test_cross_model_cka_equals_numpy_on_each_models_pooled_vectors(two_models, inputs):
+    _, _, table = two_models
+    _, (a, b), _ = inputs
+    pooled = {spec: atlas_pass(load_model(spec), FILE_TEXTS, progress=False).pooled for spec in (a, b)}
+    assert pooled[a].shape[:2] == pooled[b].shape[:2] == (11, N_LAYERS + 1)
+    rows = table[(table["metric"] == "cka") & table["model_b"].notna()]
+    assert set(zip(rows["model"], rows["model_b"], strict=True)) == {(a, b)} and len(rows) == (N_LAYERS + 1) ** 2
+    for row in rows.itertuples():
+        expected = numpy_cka(pooled[a][:, int(row.layer)], pooled[b][:, int(row.layer_b)])
+        assert row.value == pytest.approx(expected, abs=1e-6), (row.layer, row.layer_b)
+    assert (rows["n"] == 11).all() and (rows["depth_b"] == rows["layer_b"] / N_LAYERS).all()
+
+
+# -- bad input --
+
+@pytest.mark.parametrize("name, make, message", [
+    ("missing texts file", lambda root, texts: ["--texts", root / "missing.txt"], "does not exist"),
+    ("a texts file with one text", lambda root, texts: ["--texts", one_text(root)], "1 prompt(s)"),
+    ("--max-tokens 1", lambda root, texts: ["--texts", texts, "--max-tokens", 1], "--max-tokens 1"),
+    ("--layers 99 on a 3-layer model", lambda root, texts: ["--texts", texts, "--layers", 99], "layer 99"),
+])
+def test_bad_input_is_one_clear_error_and_no_output(tmp_path, inputs, name, make, message):
+    root, _, texts = inputs
+    model = shallow_model(root)
+    result = run("--model", model, *make(tmp_path, texts), "--out", tmp_path / "out")
+    assert result.exit_code == 2, (name, result.output)
+    assert result.output.startswith("error: ") and message in result.output and result.output.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no hidden partial folder
+
+
+def one_text(root):
+    path = root / "one.txt"
+    path.write_text("# a comment\n\nOnly one text here.\n\n")
+    return path
+
+
+def shallow_model(root):
+    """A tiny 3-layer Llama, saved once per module."""
+    folder = root / "llama3"
+    if not folder.exists():
+        tiny.save(folder, "llama", adds_bos=False, n_layers=3)
+    return folder
+
+
+@pytest.mark.parametrize("case", ["two texts", "--max-tokens keeps one text"])
+def test_too_few_texts_for_twonn_is_a_clear_error(tmp_path, inputs, case):
+    root, _, texts = inputs
+    lengths = token_lengths(shallow_model(root))
+    if case == "two texts":
+        two = tmp_path / "two.txt"
+        two.write_text("\n".join(FILE_TEXTS[:2]) + "\n")
+        args = ["--texts", two]
+    else:
+        args = ["--texts", texts, "--max-tokens", lengths[0]]
+    result = run("--model", shallow_model(root), *args, "--out", tmp_path / "out")
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and not (tmp_path / "out").exists()
+
+
+def token_lengths(model) -> list[int]:
+    """Tokens of each of FILE_TEXTS as the model's tokenizer encodes it (BOS included where it adds one)."""
+    tokenizer = load_model(str(model)).tokenizer
+    return [len(tokenizer(text)["input_ids"]) for text in FILE_TEXTS]
+
+
+# -- --max-tokens --
+
+def test_max_tokens_keeps_the_first_texts_that_fit(tmp_path, inputs):
+    root, models, texts = inputs
+    lengths = {spec: token_lengths(spec) for spec in models}  # GPT-2 adds BOS: it counts
+    budget = sum(lengths[models[1]][:5]) + lengths[models[1]][5] - 1  # GPT-2's 6th text does not fit by one token
+    expected = {}
+    for spec in models:
+        kept, total = 0, 0
+        for n in lengths[spec]:  # the first texts, in file order, while the running total stays within the budget
+            if total + n > budget:
+                break
+            kept, total = kept + 1, total + n
+        expected[spec] = (kept, total)
+    assert expected[models[1]][0] == 5 and expected[models[0]][0] >= 5  # Llama's texts have no BOS: shorter
+    data = {spec: run_study(StudyConfig(study="atlas", models=(spec,), texts=str(texts), max_tokens=budget))
+            for spec in models}
+    for spec, result in data.items():
+        s = result.summary["models"][spec]
+        assert (s["n_texts"], s["n_tokens"]) == expected[spec]
+        assert result.manifest["dataset"]["max_tokens"] == budget
+        cka = result.table[result.table["metric"] == "cka"]
+        assert len(cka) == (N_LAYERS + 1) ** 2 and (cka["n"] == expected[spec][0]).all()
+
+
+def test_a_one_model_run_writes_its_figures(tmp_path, inputs):
+    _, models, texts = inputs
+    result = run("--model", models[0], "--texts", texts, "--out", tmp_path / "o")
+    assert result.exit_code == 0, result.output
+    names = {p.name for p in (tmp_path / "o").iterdir()}
+    assert {"atlas_profiles.png", "result.json", "table.csv", "report.md"} <= names
+    assert [p.name.startswith("cka_") for p in (tmp_path / "o").glob("cka_*.png")] == [True]  # no cross-model map
+    assert len(list((tmp_path / "o").glob("massive_map_*.png"))) == 1
+
+
+# -- the suite and a sweep --
+
+def test_the_suite_runs_the_atlas_and_its_page_shows_it(tiny_suite):
+    from layerscope.studies import get_study
+
+    folder, args = tiny_suite
+    assert (folder / "atlas" / "result.json").is_file()
+    result = StudyResult.load(folder / "atlas")
+    assert result.study == "atlas" and result.config["models"] == [args[1], args[3]]
+    assert result.manifest["dataset"]["n_texts"] == 4  # the suite's languages file: 2 texts in each of 2 languages
+    page = (folder / "index.html").read_text()
+    assert 'id="atlas"' in page and "Layer atlas" in page
+    assert page.index("Summary of verdicts") < page.index('id="atlas"')
+    for line in get_study("atlas").headline(result):
+        assert line.replace("&", "&amp;").replace("'", "&#x27;").replace('"', "&quot;")[:60] in page
+
+
+def massive_model(folder):
+    """A tiny 6-layer Llama whose embedding of one common token holds 1000 in dimension 7: that token's residual
+    state is massive at every block output, so block influence without massive tokens differs from all tokens."""
+    tok = tiny.tokenizer(False)
+    model = tiny.model("llama", len(tok), N_LAYERS)
+    planted = tok("The")["input_ids"][0]
+    with torch.no_grad():
+        model.get_input_embeddings().weight[planted, 7] = 1000.0
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+def test_a_serial_sweep_gathers_the_atlas_numbers(tmp_path, inputs):
+    from layerscope.sweep import SweepPlan, run_sweep
+    from layerscope.sweep.gather import profile_rows
+
+    _, models, texts = inputs
+    specs = [models[0], massive_model(tmp_path / "massive")]
+    config = StudyConfig(study="atlas", models=tuple(specs), texts=str(texts))
+    summary = run_sweep(SweepPlan(config), tmp_path / "sweep", echo=lambda _line: None)
+    assert [row["status"] for row in summary["tasks"]] == ["done", "done"]
+    for row in summary["tasks"]:
+        (s,) = StudyResult.load(tmp_path / "sweep" / row["folder"]).summary["models"].values()
+        first, second = s["boundaries"]["consensus"]
+        assert row["numbers"] == pytest.approx({
+            "boundary_1_depth_pct": 100 * first / N_LAYERS, "boundary_2_depth_pct": 100 * second / N_LAYERS,
+            "l_star": s["l_star"], "twonn_peak_layer": s["twonn_peak_layer"],
+            "lens_kl_half_depth_pct": 100 * s["lens_kl_half_layer"] / N_LAYERS})
+    table = pd.read_csv(tmp_path / "sweep" / "table.csv")
+    planted = table[(table["model"] == specs[1]) & (table["metric"] == "block_influence")]
+    assert not np.allclose(planted[planted["tokens"] == "all"]["value"],
+                           planted[planted["tokens"] == "excl_massive"]["value"])  # the planting took
+    assert {"block_influence.png", "lens_kl.png"} <= {p.name for p in (tmp_path / "sweep").iterdir()}
+    profiles = profile_rows(pd.read_csv(tmp_path / "sweep" / "table.csv"), config)
+    assert set(profiles["model"]) == set(specs)
+
+
+def test_a_sweeps_block_influence_profile_is_the_all_token_rows(tmp_path, inputs):
+    from layerscope.sweep.gather import profile_rows
+
+    config = StudyConfig(study="atlas", models=(massive_model(tmp_path / "massive"),), texts=str(inputs[2]))
+    table = run_study(config).table
+    table["revision"], table["step"] = None, pd.array([pd.NA] * len(table), dtype="Int64")  # as gather_table adds
+    rows = table[(table["metric"] == "block_influence") & (table["tokens"] == "all")].sort_values("layer")
+    assert not np.allclose(rows["value"], table[(table["metric"] == "block_influence")
+                                                & (table["tokens"] == "excl_massive")].sort_values("layer")["value"])
+    got = profile_rows(table, config)
+    got = got[got["metric"] == "block_influence"].sort_values("layer")
+    assert got["value"].tolist() == pytest.approx(rows["value"].tolist())
