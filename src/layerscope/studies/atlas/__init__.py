@@ -20,7 +20,7 @@ from ...data.texts import MIN_TEXTS, load_texts
 from ...engine.atlas import atlas_pass
 from ..base import Study
 from ..config import StudyConfig
-from ..manifest import manifest, model_entry
+from ..manifest import add_timings, manifest, model_entry
 from ..registry import register_study
 from ..result import StudyResult, make_table
 from ..runner import each_model
@@ -83,8 +83,7 @@ class Atlas(Study):
                 raise ConfigError(f"--max-tokens {config.max_tokens} keeps {measured.n_texts} text(s) of "
                                   f"{run.info.name}; the atlas needs at least {MIN_TEXTS} (TwoNN needs a first and "
                                   "a second neighbour): raise --max-tokens")
-            for key, seconds in measured.seconds.items():
-                timings[f"pass_{key}"] = round(timings.get(f"pass_{key}", 0.0) + seconds, 3)
+            add_timings(timings, **{f"pass_{key}": seconds for key, seconds in measured.seconds.items()})
             info = run.release()
             summary, model_rows = analyse_pass(info.name, measured, seed=config.seed)
             summaries[info.name] = summary

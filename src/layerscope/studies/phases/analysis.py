@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...changepoints import thirds
+from ...changepoints import thirds as phase_split  # tested layers in thirds, as the notebook
 from ...geometry import centroid_asymmetry
 from ...progress import steps
 from ...report.markdown import number, signed
@@ -61,11 +61,6 @@ VERDICT_METRICS = ("phase_mean", "phase_difference")
 """Table metrics that must be finite: the phase means and late - early (a row with n = 0 averages no layer: no
 value, by design). An r may be undefined (NaN) where the centroid asymmetry is the same for every pair; the phase
 means and verdicts leave such layers out, and :func:`verdicts` checks the inputs of every r."""
-
-
-def phase_split(layers: list[int]) -> dict[str, list[int]]:
-    """Tested layers in thirds, as the notebook splits them (n // 3 and 2n // 3)."""
-    return thirds(layers)
 
 
 def pattern(early: float, mid: float, late: float) -> str:
