@@ -27,6 +27,7 @@ def test_layerscope_run_writes_every_study_and_a_page_chromium_renders(tmp_path)
     pngs = sorted(p.relative_to(folder).as_posix() for p in folder.glob("*/*.png"))
     assert pngs == ["ablation/ablation.png", "ablation/ablation_notebook_scheme.png",
                     "anisotropy/anisotropy_profile.png", "anisotropy/eigenvalue_spectrum.png",
+                    "atlas/atlas_profiles.png", "atlas/cka_smollm2-135m.png", "atlas/massive_map_smollm2-135m.png",
                     "divergence/divergence.png", "phases/phases.png", "scaling/scaling.png"]
     check = render(folder / "index.html")
     assert len(check["images"]) == len(pngs) and all(check["images"])  # every figure embedded and decoded
