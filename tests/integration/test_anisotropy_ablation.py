@@ -1,11 +1,13 @@
 """Anisotropy and ablation end to end on the real models, through the CLI; ablation's seed
 mode against the notebook's reload-per-configuration loop."""
 
+import copy
 import json
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from typer.testing import CliRunner
 
 import notebook_reference as notebook
@@ -101,3 +103,46 @@ def test_ablation_on_gemma3_multilingual(tmp_path, two_texts_each):
     assert np.isfinite(ppl["value"]).all() and (ppl["value"] > 1).all()
     by = {c["config"]: c for c in s["variants"]["per-tensor/all-weights"]["per_config"]}
     assert by["all_quantized"]["d_hr"] > 0 and by["baseline"]["disparity_ratio"] is None
+
+
+def _group128(w):
+    """Naive symmetric 4-bit round-to-nearest with one scale per 128 inputs of each output row."""
+    out = torch.empty_like(w)
+    for r in range(w.shape[0]):
+        for c in range(0, w.shape[1], 128):
+            g = w[r, c:c + 128]
+            s = g.abs().max() / 7
+            out[r, c:c + 128] = g if s == 0 else torch.clamp(torch.round(g / s), -8, 7) * s
+    return out
+
+
+def test_ablation_sweep_with_the_group128_recipe_on_smollm2(tmp_path, two_texts_each):
+    data, table = run(tmp_path / "ab", "ablation", "--texts", two_texts_each, "--sweep", "--recipe", "group128")
+    s = data["summary"]["models"]["smollm2-135m"]
+    assert data["summary"]["recipe"] == "group128"
+    assert list(s["variants"]) == ["group:128/linear", "per-tensor/all-weights (notebook)"]
+    assert s["prefix_reuse"]["on"] and s["prefix_reuse"]["layers_run"] < s["prefix_reuse"]["layers_whole"]
+    per_layer = table[table["metric"].isin(["sqnr_db", "weight_rel_err"]) & table["lang"].isna()]
+    err = per_layer.pivot_table(index="layer", columns=["recipe", "metric"], values="value")
+    assert len(err) == 30 and np.isfinite(err.to_numpy()).all()
+    assert (err[("group128", "weight_rel_err")] < err[("notebook", "weight_rel_err")]).all()
+    assert (err[("group128", "sqnr_db")] > 0).all()
+    # Layer 5's SQNR against a text-by-text computation on a fresh copy with only layer 5 quantized by hand.
+    lm = load_model("smollm2-135m")
+    reference = copy.deepcopy(lm.model)
+    with torch.no_grad():
+        for name, p in reference.model.layers[5].named_parameters():
+            if name.endswith("proj.weight"):
+                p.copy_(_group128(p))
+    signal = noise = 0.0
+    with torch.no_grad():
+        for _, _, text in load_languages(two_texts_each).texts():
+            ids = lm.tokenizer(text, return_tensors="pt")
+            y = lm.model(**ids, output_hidden_states=True).hidden_states[6].double()
+            y_q = reference(**ids, output_hidden_states=True).hidden_states[6].double()
+            signal += float((y**2).sum())
+            noise += float(((y - y_q) ** 2).sum())
+    assert err.loc[5, ("group128", "sqnr_db")] == pytest.approx(10 * np.log10(signal / noise), abs=0.02)
+    report = (tmp_path / "ab" / "report.md").read_text()
+    assert "Recipe: **group128**" in report and "Each quantized layer's own error" in report
+    assert "Spearman rho of SQNR" in report and (tmp_path / "ab" / "ablation_layer_error.png").exists()

@@ -13,10 +13,12 @@ import torch
 import tiny
 from layerscope.data.languages import load_languages
 from layerscope.errors import DatasetError
+from layerscope.studies import StudyConfig
 from layerscope.studies.ablation.analysis import add_degradation, disparity, disparity_table, verdicts
 from layerscope.studies.ablation.configs import load_configs, standard_configs, sweep_configs
 from layerscope.studies.ablation.runner import Variant, score_configs
 from layerscope.studies.result import jsonable
+from layerscope.studies.settings import ConfigError
 
 
 def test_standard_configs_are_the_notebooks_layer_sets():
@@ -134,11 +136,13 @@ def naive_quantize(w, scheme, axis):
     return out.T if axis == 1 else out
 
 
-@pytest.mark.parametrize("arch, variant", [
-    ("llama", Variant("nb", "per-tensor", "all-weights", True)),
-    ("gpt2", Variant("pc", "per-channel", "linear", False)),
+@pytest.mark.parametrize("arch, variant, reuse", [
+    ("llama", Variant("nb", "per-tensor", "all-weights", True), True),
+    ("llama", Variant("nb", "per-tensor", "all-weights", True), False),
+    ("gpt2", Variant("pc", "per-channel", "linear", True), True),
+    ("gpt2", Variant("pc", "per-channel", "linear", False), False),
 ])
-def test_runner_equals_a_fresh_copy_quantized_and_scored_text_by_text(tmp_path, arch, variant):
+def test_runner_equals_a_fresh_copy_quantized_and_scored_text_by_text(tmp_path, arch, variant, reuse):
     lm = tiny.tiny_lm(arch, adds_bos=arch == "gpt2")
     with torch.no_grad():
         for name, p in lm.model.named_parameters():
@@ -150,7 +154,7 @@ def test_runner_equals_a_fresh_copy_quantized_and_scored_text_by_text(tmp_path, 
                                 "sw": {"resource": "low", "texts": tiny.TEXTS[4:7]}}))
     languages = load_languages(path)
     configs = standard_configs(3) | (sweep_configs(3) if variant.sweep else {})
-    out = score_configs(lm, languages, configs, [variant], bits=4, batch_size=3, max_length=None)
+    out = score_configs(lm, languages, configs, [variant], batch_size=3, max_length=None, prefix_reuse=reuse).per_text
     assert len(out) == len(configs) * 7
     for name, cfg in configs.items():
         reference = copy.deepcopy(original)
@@ -179,3 +183,30 @@ def test_the_disparity_over_few_languages_gets_a_warning():
         "ablation: the disparity ratio compares the mean degradation of 4 high- with 4 low-resource languages "
         "(< 10 each): one language can swing it; treat H5 as descriptive."]
     assert group_warnings(10, 12) == [] and len(group_warnings(12, 9)) == 1
+
+
+@pytest.mark.parametrize("kwargs, expected", [
+    ({}, ("per-channel", "per-channel", "linear", 4)),
+    ({"compat": "seed"}, ("notebook", "per-tensor", "all-weights", 4)),
+    ({"recipe": "group128"}, ("group128", "group:128", "linear", 4)),
+    ({"recipe": "group128", "bits": 3}, ("group128", "group:128", "linear", 3)),
+    ({"recipe": "int8"}, ("int8", "per-channel", "linear", 8)),
+    ({"scheme": "group:128"}, ("group128", "group:128", "linear", 4)),   # the recipe with that scheme and targets
+    ({"scheme": "per-tensor"}, ("custom", "per-tensor", "linear", 4)),   # no recipe has it
+    ({"recipe": "notebook", "targets": "all-weights"}, ("notebook", "per-tensor", "all-weights", 4)),
+])
+def test_a_recipe_sets_the_scheme_targets_and_bits(kwargs, expected):
+    config = StudyConfig(study="ablation", **kwargs)
+    assert (config.quant_recipe, config.quant_scheme, config.quant_targets, config.quant_bits) == expected
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"recipe": "gptq"}, r"unknown --recipe 'gptq'; use one of notebook, per-channel, group128, int8"),
+    ({"recipe": "int8", "bits": 3}, r"--recipe int8 quantizes to 8 bits, not 3; leave out --bits"),
+    ({"recipe": "group128", "scheme": "per-tensor"}, r"--recipe group128 quantizes with --scheme group:128, not "
+                                                     r"per-tensor; leave out --scheme"),
+    ({"prefix_budget_gib": -1.0}, r"--prefix-budget-gib -1.0 must be 0 or more"),
+])
+def test_recipe_conflicts_are_one_clear_error(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        StudyConfig(study="ablation", **kwargs)

@@ -16,7 +16,7 @@ from layerscope.studies.ablation.analysis import add_degradation, disparity_tabl
 from layerscope.studies.ablation.figures import figures
 from layerscope.studies.ablation.inference import bootstrap_weights, variant_verdicts
 from layerscope.studies.ablation.report import readable
-from layerscope.studies.ablation.runner import Variant
+from layerscope.studies.ablation.runner import Scores, Variant
 from layerscope.studies.result import jsonable, make_table
 
 LANGS = {"en": "high", "de": "high", "sw": "low", "yo": "low"}
@@ -199,7 +199,8 @@ def analysed(deg, compat=None, resource=LANGS):
     frames = [per_text(deg, resource, "pc"), per_text(broken, resource, "nb")]
     config = StudyConfig(study="ablation", compat=compat, n_bootstrap=500, seed=SEED)
     variants = [Variant("pc", "per-channel", "linear", False), Variant("nb", "per-tensor", "all-weights", False)]
-    summary, rows = analyse_model("m", 4, pd.concat(frames, ignore_index=True), ["baseline", *deg], variants, config)
+    scores = Scores(pd.concat(frames, ignore_index=True), pd.DataFrame(), {})
+    summary, rows = analyse_model("m", 4, scores, ["baseline", *deg], variants, config)
     return StudyResult(study="ablation", config=config.to_dict(), summary={
         "bits": 4, "primary": "pc", "models": {"m": summary}, "warnings": []},
         manifest={"dataset": {"languages": resource}}, table=make_table(rows))

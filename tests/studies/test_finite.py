@@ -91,11 +91,12 @@ def plant_in_nll(monkeypatch):
     real = ablation.score_configs
 
     def score_configs(*args, **kwargs):
-        out = real(*args, **kwargs)
+        scores = real(*args, **kwargs)
+        out = scores.per_text
         at = (out["config"] == f"only_L{LAYER}") & (out["lang"] == "en") & (out["sample"] == 0)
         assert at.sum() == 1
         out.loc[at, ["nll", "ppl"]] = np.nan
-        return out
+        return scores
 
     monkeypatch.setattr(ablation, "score_configs", score_configs)
 

@@ -1,9 +1,12 @@
 """Which weights of which decoder layers to quantize, and how to undo it.
 
-    params = target_params(model, layers=range(30), targets="linear")   # name -> (param, channel axis)
-    snapshot = WeightSnapshot(params)          # copies taken once
+    params = target_params(model, layers={3, 4}, targets="linear")   # name -> (param, channel axis)
+    snapshot = WeightSnapshot(params)          # copies of these layers' weights only
     quantize_layers(params, bits=4, scheme="per-channel")
     snapshot.restore()                         # bit-identical originals, no reload
+
+Snapshot only what one configuration changes and restore it before the next: memory then holds one
+configuration's layers, never a second copy of the whole model.
 
 ``targets="linear"``: the weight matrices of the linear layers (nn.Linear, and GPT-2's
 Conv1D, whose output channels are its columns). ``targets="all-weights"``: every parameter
@@ -55,11 +58,20 @@ def target_params(
 
 
 class WeightSnapshot:
-    """Copies of parameters, taken once, to put back after each configuration."""
+    """Copies of parameters, to put back once a configuration is done."""
 
     def __init__(self, params: dict[str, tuple[nn.Parameter, int]]):
         self._params = {name: p for name, (p, _) in params.items()}
         self._saved = {name: p.detach().clone() for name, p in self._params.items()}
+
+    @property
+    def nbytes(self) -> int:
+        """Memory the copies take."""
+        return sum(t.numel() * t.element_size() for t in self._saved.values())
+
+    def saved(self, name: str) -> torch.Tensor:
+        """The original value of parameter ``name``."""
+        return self._saved[name]
 
     @torch.no_grad()
     def restore(self, names: Iterable[str] | None = None) -> None:

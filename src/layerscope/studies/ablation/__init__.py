@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from ...data.languages import load_languages
 from ...errors import short
 from ...models import decoder_layers
+from ...quant import RECIPES, recipe_for
 from ...quant.fake import parse_scheme
 from ..base import Study
 from ..caveats import MIN_N, group_warnings
@@ -22,13 +23,13 @@ from ..registry import register_study
 from ..result import StudyResult, make_table
 from ..runner import each_model
 from ..settings import ConfigError, Settings, by_compat, check_n_bootstrap, setting
-from .analysis import VERDICT_METRICS, add_degradation, check_scored, median_ppl_ratio, sweep_table
+from .analysis import VERDICT_METRICS
 from .configs import load_configs, read_configs, standard_configs, sweep_configs
 from .figures import figures as draw_figures
-from .inference import variant_verdicts
 from .report import report as write_report
-from .runner import Variant, score_configs
-from .summary import AblationModel, AblationSummary, H5Verdict, VariantSummary, config_row
+from .results import analyse_model
+from .runner import PREFIX_BUDGET_GIB, Variant, score_configs
+from .summary import AblationSummary, H5Verdict, config_row
 
 NOTEBOOK = ("per-tensor", "all-weights")
 SEED_MAX_LENGTH = 256  # the notebook truncates every text to 256 tokens
@@ -43,29 +44,63 @@ class AblationSettings(Settings):
                            "name to the list of layers it quantizes.", default="standard", file=True,
                            keywords=("standard",))
     sweep: bool = setting("Also quantize one layer at a time, every layer.", default=False)
-    scheme: str | None = setting("per-tensor, per-channel or group:N. Default: per-channel (seed compat: "
-                                 "per-tensor).")
+    recipe: str | None = setting("How to quantize: notebook (per-tensor, every weight), per-channel (linear weights), "
+                                 "group128 (128 inputs per scale, linear weights) or int8 (8-bit per-channel); the "
+                                 "README lists each one's source. Default: per-channel (seed compat: notebook).")
+    scheme: str | None = setting("per-tensor, per-channel or group:N, in place of the recipe's. Default: the "
+                                 "recipe's.")
     targets: str | None = setting("'linear' (linear-layer weights) or 'all-weights' (every weight, norms "
-                                  "included). Default: linear (seed compat: all-weights).")
+                                  "included), in place of the recipe's. Default: the recipe's.")
+    prefix_reuse: bool = setting("Start each configuration's forward pass at its first changed layer, from the "
+                                 "residual stream an earlier pass kept there (same numbers, less compute).",
+                                 default=True)
+    prefix_budget_gib: float = setting("Host memory (GiB) for the residual streams prefix reuse keeps; a pass "
+                                       "whose stream does not fit runs whole.", default=PREFIX_BUDGET_GIB)
     n_bootstrap: int = setting("Bootstrap resamples for confidence intervals.", default=10_000)
 
     def __post_init__(self):
         super().__post_init__()
         if not 2 <= self.bits <= 16:
             raise ConfigError(f"--bits {self.bits} is not usable; symmetric quantization needs 2 to 16 bits")
+        if self.recipe is not None and self.recipe not in RECIPES:
+            raise ConfigError(f"unknown --recipe {short(self.recipe)}; use one of {', '.join(RECIPES)}")
         if self.scheme is not None:
             parse_scheme(self.scheme)
         if self.targets not in (None, "linear", "all-weights"):
             raise ConfigError(f"unknown --targets {short(self.targets)}; use linear or all-weights")
+        if self.recipe is not None:
+            r = RECIPES[self.recipe]
+            for option, given, fixed in (("scheme", self.scheme, r.scheme), ("targets", self.targets, r.targets)):
+                if given is not None and given != fixed:
+                    raise ConfigError(f"--recipe {r.name} quantizes with --{option} {fixed}, not {given}; leave out "
+                                      f"--{option}, or leave out --recipe and give --scheme and --targets")
+            if r.bits is not None and self.bits not in (4, r.bits):
+                raise ConfigError(f"--recipe {r.name} quantizes to {r.bits} bits, not {self.bits}; leave out --bits")
+        if not self.prefix_budget_gib >= 0:
+            raise ConfigError(f"--prefix-budget-gib {self.prefix_budget_gib} must be 0 or more (0: no stream kept)")
         check_n_bootstrap(self.n_bootstrap)
+
+    def _recipe(self, compat: str | None):
+        return RECIPES[self.recipe or ("notebook" if compat == "seed" else "per-channel")]
+
+    @by_compat
+    def quant_recipe(self, compat: str | None) -> str:
+        """The recipe's name; "custom" when --scheme/--targets make one no recipe has."""
+        if self.recipe is not None:
+            return self.recipe
+        return recipe_for(self.quant_scheme(compat), self.quant_targets(compat))
+
+    @by_compat
+    def quant_bits(self, compat: str | None) -> int:
+        return self._recipe(compat).bits or self.bits
 
     @by_compat
     def quant_scheme(self, compat: str | None) -> str:
-        return self.scheme or ("per-tensor" if compat == "seed" else "per-channel")
+        return self.scheme or self._recipe(compat).scheme
 
     @by_compat
     def quant_targets(self, compat: str | None) -> str:
-        return self.targets or ("all-weights" if compat == "seed" else "linear")
+        return self.targets or self._recipe(compat).targets
 
 
 @register_study
@@ -90,11 +125,14 @@ class Ablation(Study):
 
     def run(self, config: StudyConfig) -> StudyResult:
         languages = load_languages(config.texts)
-        primary = Variant(f"{config.quant_scheme}/{config.quant_targets}", config.quant_scheme,
-                          config.quant_targets, config.sweep)
+        bits = config.quant_bits
+        primary = Variant(f"{config.quant_scheme}/{config.quant_targets}" + ("" if bits == config.bits else
+                                                                              f"/{bits}-bit"),
+                          config.quant_scheme, config.quant_targets, config.sweep, bits, config.quant_recipe)
         variants = [primary]
         if (config.quant_scheme, config.quant_targets) != NOTEBOOK:
-            variants.append(Variant("per-tensor/all-weights (notebook)", *NOTEBOOK, sweep=False))
+            variants.append(Variant("per-tensor/all-weights (notebook)", *NOTEBOOK, sweep=False, bits=config.bits,
+                                    recipe="notebook"))
         max_length = config.max_length or (SEED_MAX_LENGTH if config.compat == "seed" else None)  # explicit wins
         timings: dict[str, float] = {}
         summaries, rows, models = {}, [], []
@@ -104,17 +142,20 @@ class Ablation(Study):
             configs = standard_configs(n) if config.configs == "standard" else load_configs(config.configs, n)
             if config.sweep:
                 configs.update(sweep_configs(n))
-            per_text = score_configs(lm, languages, configs, variants, config.bits, config.batch_size, max_length)
+            scores = score_configs(lm, languages, configs, variants, config.batch_size, max_length,
+                                   prefix_reuse=config.prefix_reuse,
+                                   budget_bytes=int(config.prefix_budget_gib * 2**30))
             run.mark("extract_s")
             del lm
             info = run.release()
-            summaries[info.name], model_rows = analyse_model(info.name, n, per_text, list(configs), variants, config)
+            summaries[info.name], model_rows = analyse_model(info.name, n, scores, list(configs), variants, config)
             rows += model_rows
             models.append(model_entry(info))
             run.mark("analysis_s")
         dataset = {"kind": "languages", "source": languages.source, "hash": languages.hash,
                    "languages": {lang.code: lang.resource for lang in languages.languages}}
-        summary: AblationSummary = {"bits": config.bits, "primary": primary.label, "models": summaries,
+        summary: AblationSummary = {"bits": bits, "recipe": primary.recipe, "primary": primary.label,
+                                    "models": summaries,
                                     "warnings": group_warnings(len(languages.high), len(languages.low))}
         record = manifest(config, models, dataset, timings, max_length=max_length)
         return StudyResult(study=self.name, config=config.to_dict(), manifest=record, summary=summary,
@@ -168,49 +209,3 @@ def _languages_caveat(languages: dict[str, str]) -> str:
     n_high = sum(r == "high" for r in languages.values())
     n_low = sum(r == "low" for r in languages.values())
     return f" (n = {n_high} HR / {n_low} LR languages)" if languages and min(n_high, n_low) < MIN_N else ""
-
-
-def analyse_model(model: str, n: int, per_text, order: list[str], variants: list[Variant],
-                  config: StudyConfig) -> tuple[AblationModel, list[dict]]:
-    """``summary, rows = analyse_model(name, n_layers, per_text, list(configs), variants, config)``: one model's
-    summary (per variant: per-configuration table, verdicts, sweep) and table rows, from the runner's per-text
-    frame (config, variant, lang, resource, sample, n_quantized, nll, n_scored, ppl)."""
-    rows: list[dict] = []
-    out: AblationModel = {"n_layers": n, "variants": {}}
-    for variant in variants:
-        scored = check_scored(model, add_degradation(per_text[per_text["variant"] == variant.label]))
-        names = [c for c in order if c in set(scored["config"])]
-        per_config, verdicts = variant_verdicts(scored, names, config.compat, config.ci_level, config.n_bootstrap,
-                                                config.seed)
-        entry: VariantSummary = {"scheme": variant.scheme, "targets": variant.targets, "per_config": per_config,
-                                 "verdicts": verdicts, "all_quantized_ppl_ratio": median_ppl_ratio(scored)}
-        if variant.sweep:
-            sweep = sweep_table(scored)
-            entry["sweep"] = sweep.to_dict(orient="records")
-            entry["most_sensitive_layer"] = {lang: int(g.loc[g["delta_nll"].idxmax(), "layer"])
-                                             for lang, g in sweep.groupby("lang")}
-        out["variants"][variant.label] = entry
-        for r in scored.itertuples():
-            layer = int(r.config.removeprefix("only_L")) if r.config.startswith("only_L") else None
-            common = {"model": model, "layer": layer, "n_layers": n if layer is not None else None,
-                      "depth": layer / n if layer is not None else None, "config": r.config, "lang": r.lang,
-                      "resource": r.resource, "sample": r.sample, "scheme": variant.scheme,
-                      "targets": variant.targets, "n": r.n_scored}
-            rows += [{**common, "metric": m, "value": getattr(r, m)} for m in ("ppl", "degradation", "delta_nll")]
-        for c in per_config:
-            rows += [{"model": model, "config": c["config"], "scheme": variant.scheme, "targets": variant.targets,
-                      "metric": m, "value": c[m], **_interval(c.get(CI.get(m, ""), False))}
-                     for m in ("d_hr", "d_lr", "disparity_ratio", "reduction_pct", "median_ppl_ratio") if m in c]
-    return out, rows
-
-
-CI = {"d_hr": "d_hr_ci", "d_lr": "d_lr_ci", "disparity_ratio": "disparity_ci"}
-"""The per-configuration interval of each table metric (default mode)."""
-
-
-def _interval(ci: list[float] | None | bool) -> dict:
-    """Table columns ``ci_lo``, ``ci_hi`` for a bootstrap interval (None: not computed); {} where the summary
-    has no interval for the metric (seed compat, reduction_pct)."""
-    if ci is False:
-        return {}
-    return {"ci_lo": None, "ci_hi": None} if ci is None else {"ci_lo": ci[0], "ci_hi": ci[1]}

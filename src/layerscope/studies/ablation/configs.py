@@ -3,6 +3,7 @@
     standard_configs(12)["gateway_protected"]     # {1, ..., 10}: first and last left alone
     load_configs("mine.json", 12)                  # {"name": [layers to quantize], ...}
     sweep_configs(12)["only_L3"]                   # {3}
+    Variant("group:128/linear", "group:128", "linear", sweep=True, bits=4, recipe="group128")   # how to quantize
 """
 
 from __future__ import annotations
@@ -13,6 +14,18 @@ from pathlib import Path
 
 from ...data.files import parse_json, read_text, require_file
 from ...errors import DatasetError, short
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How to quantize: a scheme, which weights, how many bits, and the recipe they come from."""
+
+    label: str
+    scheme: str
+    targets: str
+    sweep: bool
+    bits: int = 4
+    recipe: str = "custom"
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
-"""Ablation figures: the notebook's four panels per quantization variant, and with --sweep a
-layer x language heat map."""
+"""Ablation figures: the notebook's four panels per quantization variant, each layer's own quantization error
+(SQNR) beside what quantizing it alone does (with --sweep), and with --sweep a layer x language heat map."""
 
 from __future__ import annotations
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from ...report.plotting import MARKERS, figure, figure_slug
 from ..result import StudyResult
@@ -29,8 +30,11 @@ def figures(result: StudyResult) -> dict[str, Figure]:
             rows = table[(table["model"] == model) & (table["scheme"] == v["scheme"])
                          & (table["targets"] == v["targets"])]
             out[name] = _panels(model, label, v, rows)
+            resource = result.manifest["dataset"]["languages"]
+            if v.get("layer_error"):
+                out[name + "_layer_error"] = _layer_error(model, label, v, resource)
             if "sweep" in v:
-                out[name + "_sweep"] = _heatmap(model, label, v["sweep"], result.manifest["dataset"]["languages"])
+                out[name + "_sweep"] = _heatmap(model, label, v["sweep"], resource)
     return out
 
 
@@ -98,6 +102,57 @@ def _panels(model: str, label: str, v: VariantSummary, rows) -> Figure:
     for ax in (ax1, ax2, ax3, ax4):
         ax.grid(True, alpha=0.3)
     fig.suptitle(f"{model}: layer ablation, {label}", fontsize=14, fontweight="bold")
+    return fig
+
+
+def _layer_error(model: str, label: str, v: VariantSummary, resource: dict[str, str]) -> Figure:
+    """Left: SQNR per layer (every token, and without each text's first token) with, on a second axis, the mean
+    delta NLL of quantizing that layer alone per resource group (--sweep; else the weights' relative error).
+    Right (--sweep): SQNR against that delta NLL, one point per layer, with Spearman's rho."""
+    errors = v["layer_error"]
+    layers = [e["layer"] for e in errors]
+    sweep = v.get("sweep")
+    fig, axes = figure(1, 2 if sweep else 1, size=(13 if sweep else 7, 4.8))
+    ax = axes[0, 0]
+    ax.plot(layers, [e["sqnr_db"] for e in errors], "o-", color="#34495e", label="SQNR, every token")
+    ax.plot(layers, [e["sqnr_db_excl_pos0"] for e in errors], "s--", color="#7f8c8d", alpha=0.8,
+            label="SQNR, first token left out")
+    ax.set_xlabel("Decoder layer")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("SQNR of the layer's output (dB)")
+    ax.grid(True, alpha=0.3)
+    twin = ax.twinx()
+    if sweep:
+        for group, color in (("high", "#2980b9"), ("low", "#c0392b")):
+            rows = [r for r in sweep if resource.get(r["lang"]) == group]
+            by_layer = {layer: np.mean([r["delta_nll"] for r in rows if r["layer"] == layer]) for layer in layers}
+            if rows:
+                twin.plot(layers, [by_layer[layer] for layer in layers], MARKERS[0] + ":", color=color,
+                          label=f"delta NLL, only this layer ({group}-resource)")
+        twin.set_ylabel("Mean delta NLL, only this layer quantized (nats/token)")
+    else:
+        twin.plot(layers, [e["weight_rel_err"] for e in errors], "^:", color="#8e44ad", label="weight relative error")
+        twin.set_ylabel("||W - W_q|| / ||W||")
+    handles = [h for a in (ax, twin) for h in a.get_legend_handles_labels()[0]]
+    ax.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="best")
+    ax.set_title("Each layer's own error (full-precision input) and its damage alone")
+    if sweep:
+        damage = {layer: np.mean([r["delta_nll"] for r in sweep if r["layer"] == layer]) for layer in layers}
+        right = axes[0, 1]
+        x = [e["sqnr_db"] for e in errors]
+        y = [damage[layer] for layer in layers]
+        right.scatter(x, y, color="#34495e")
+        for layer, xi, yi in zip(layers, x, y, strict=True):
+            right.annotate(str(layer), (xi, yi), fontsize=7, xytext=(3, 2), textcoords="offset points")
+        corr = v.get("sqnr_vs_sweep", {})
+        rho = corr.get("rho")
+        right.set_title("SQNR vs delta NLL per layer" + (f" (Spearman rho {rho:+.2f}, p = {corr['p']:.2g})"
+                                                         if rho is not None else ""))
+        right.set_xlabel("SQNR of the layer's output (dB)")
+        right.set_ylabel("Mean delta NLL, only this layer quantized")
+        right.grid(True, alpha=0.3)
+    fig.suptitle(f"{model}: per-layer quantization error, {label} ({v.get('recipe', 'custom')} recipe, "
+                 f"{v.get('bits', '?')}-bit)", fontsize=13, fontweight="bold")
     return fig
 
 

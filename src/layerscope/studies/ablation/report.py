@@ -1,7 +1,9 @@
-"""Ablation report: per-configuration table, H5, sensitivity, synergy, scheme comparison, sweep."""
+"""Ablation report: per-configuration table, H5, sensitivity, synergy, scheme comparison, per-layer quantization
+error, sweep, and how the forward passes ran (prefix reuse)."""
 
 from __future__ import annotations
 
+from ...quant import RECIPES
 from ...report.markdown import md_table, number
 from ..caveats import warning_lines
 from ..result import StudyResult
@@ -39,21 +41,75 @@ def report(result: StudyResult) -> str:
            "high-resource degradation. H5: protecting the first and last layers cuts the disparity by > 30%."), "",
            _method(result.config), "", *warning_lines(s)]
     for model, m in s["models"].items():
-        out += [f"## {model} ({m['n_layers']} decoder layers)", ""]
+        out += [f"## {model} ({m['n_layers']} decoder layers)", ""] + _passes(m.get("prefix_reuse"))
         for label, v in m["variants"].items():
             rows = [c for c in v["per_config"] if not c["config"].startswith("only_L")]
-            out += [f"### {label}", ""] + _blowup(v.get("all_quantized_ppl_ratio"), seed)
+            out += [f"### {label}", "", _recipe_line(v), ""] + _blowup(v.get("all_quantized_ppl_ratio"), seed)
             out += _config_table(rows, seed)
             notes = {c["disparity_note"] for c in rows if c["disparity_note"] and not c.get("broken")}
             out += [""] + [f"- disparity undefined where {note}" for note in sorted(notes)] + [""]
             out += _seed_verdicts(v["verdicts"]) if seed else _verdicts(v["verdicts"])
             out += ["", "Mean degradation per language (columns) and configuration:", "",
                     _per_language(result.table, model, v, [c["config"] for c in rows])]
+            out += _layer_errors(v)
             if "sweep" in v:
                 out += ["", "Most sensitive single layer per language (largest NLL increase): "
                         + ", ".join(f"{lang} L{layer}" for lang, layer in v["most_sensitive_layer"].items()) + "."]
             out.append("")
     return "\n".join(out)
+
+
+def _recipe_line(v: VariantSummary) -> str:
+    """Which recipe produced this variant's numbers, and where it comes from."""
+    recipe = RECIPES.get(v.get("recipe", "custom"))
+    how = f"{v['scheme']} scale, {'linear-layer weights' if v['targets'] == 'linear' else 'every weight'}"
+    if recipe is None:
+        return f"Recipe: custom ({how}, {v.get('bits', '?')}-bit)."
+    return f"Recipe: **{recipe.name}** ({how}, {v.get('bits', '?')}-bit): {recipe.source}."
+
+
+def _passes(reuse: dict | None) -> list[str]:
+    """How the forward passes ran: with prefix reuse, how much of the decoder they computed."""
+    if not reuse:
+        return []
+    if not reuse["on"]:
+        return [f"Forward passes: {reuse['passes']}, every one whole (prefix reuse off).", ""]
+    gib = 2**30
+    return [f"Forward passes: {reuse['passes']}, {reuse['passes'] - reuse['whole_passes']} of them started past "
+            f"layer 0 from a residual stream an earlier pass kept (prefix reuse): {reuse['layers_run']:,} of "
+            f"{reuse['layers_whole']:,} decoder-layer computations run; at most {reuse['peak_streams']} streams "
+            f"kept at once ({reuse['peak_bytes'] / gib:.3g} GiB of a {reuse['budget_bytes'] / gib:.3g} GiB budget)"
+            + (f"; {reuse['whole_by_budget']} passes ran whole because their stream did not fit"
+               if reuse["whole_by_budget"] else "") + ".", ""]
+
+
+def _layer_errors(v: VariantSummary) -> list[str]:
+    """Per layer: the weights' relative error and the SQNR of the layer's output on its full-precision input, with
+    (--sweep) the delta NLL of quantizing that layer alone per language, and their Spearman correlation."""
+    errors = v.get("layer_error") or []
+    if not errors:
+        return []
+    sweep = {(r["layer"], r["lang"]): r["delta_nll"] for r in v.get("sweep", [])}
+    langs = list(dict.fromkeys(lang for _, lang in sweep))
+    out = ["", "Each quantized layer's own error: SQNR = 10 log10(sum ||y||^2 / sum ||y - y_q||^2) of the layer's "
+           "output, full-precision y against quantized y_q on the same (full-precision) input, so damage passed on "
+           "from the layers below does not enter it; the same in every configuration that quantizes the layer"
+           + (". Beside it, the mean delta NLL per language of quantizing that layer alone (--sweep)." if langs
+              else "."), "",
+           md_table(["layer", "weight rel. error", "SQNR (dB)", "SQNR without first token (dB)",
+                     *(f"delta NLL {lang}" for lang in langs)],
+                    [[e["layer"], number(e["weight_rel_err"], 4), number(e["sqnr_db"], 2),
+                      number(e["sqnr_db_excl_pos0"], 2), *(number(sweep.get((e["layer"], lang)), 3) for lang in langs)]
+                     for e in errors])]
+    corr = v.get("sqnr_vs_sweep")
+    if corr:
+        def rho(r, p):
+            return "undefined" if r is None else f"{r:+.2f} (p = {p:.2g})"
+        out += ["", f"Spearman rho of SQNR with the mean delta NLL over layers (n = {corr['n_layers']}): "
+                f"{rho(corr['rho'], corr['p'])}; first token left out: "
+                f"{rho(corr['rho_excl_pos0'], corr['p_excl_pos0'])}"
+                ". Negative: the layers with the least SQNR are the ones whose quantization hurts most."]
+    return out
 
 
 def _method(config: dict) -> str:

@@ -119,16 +119,54 @@ class SweepRow(TypedDict):
     delta_nll: float  # their mean NLL increase over the baseline
 
 
+class LayerError(TypedDict):
+    """The error one quantized layer itself introduces (:mod:`.layer_error`): over every text."""
+
+    layer: int  # the decoder layer
+    sqnr_db: float  # 10 log10(sum ||y||^2 / sum ||y - y_q||^2) on the full-precision input, every real token
+    sqnr_db_excl_pos0: float  # the same without each text's first token
+    weight_rel_err: float  # ||W - W_q||_F / ||W||_F over the layer's quantized weights
+
+
+class SqnrVsSweep(TypedDict):
+    """Does a layer's own error predict the damage quantizing it alone does? Spearman over layers (--sweep)."""
+
+    rho: float | None  # Spearman correlation of sqnr_db with the mean delta NLL over texts (None: undefined)
+    p: float | None  # its two-sided p-value
+    rho_excl_pos0: float | None  # the same with sqnr_db_excl_pos0
+    p_excl_pos0: float | None
+    n_layers: int  # layers in the correlation
+
+
+class PrefixReuse(TypedDict):
+    """How the forward passes ran (:func:`runner.score_configs`)."""
+
+    on: bool  # prefix reuse was on
+    passes: int  # forward passes over the texts (baseline included)
+    whole_passes: int  # passes that ran every decoder layer
+    layers_run: int  # decoder layers computed over every pass
+    layers_whole: int  # what every pass whole would have computed
+    peak_streams: int  # most residual streams kept at once
+    peak_bytes: int  # host memory they took
+    stream_bytes: int  # one stream's memory
+    budget_bytes: int  # the budget they had
+    whole_by_budget: int  # passes that ran whole because their stream did not fit
+
+
 class VariantSummary(TypedDict):
     """One quantization variant's results: ``result.summary["models"][name]["variants"][label]``."""
 
     scheme: str  # per-tensor, per-channel or group:N
     targets: str  # "linear" or "all-weights"
+    recipe: str  # notebook, per-channel, group128, int8, or custom (--scheme/--targets of no recipe)
+    bits: int  # bits of its fake quantization
+    layer_error: list[LayerError]  # every layer any of its configurations quantizes
     per_config: list[ConfigRow]  # one row per configuration, in the configurations' order
     verdicts: Verdicts  # H5, halves, synergy
     all_quantized_ppl_ratio: float | None  # median ppl ratio with every layer quantized (None: not run)
     sweep: NotRequired[list[SweepRow]]  # per swept layer and language (--sweep, primary variant)
     most_sensitive_layer: NotRequired[dict[str, int]]  # language -> the layer with the largest mean delta NLL
+    sqnr_vs_sweep: NotRequired[SqnrVsSweep]  # its layers' SQNR against their sweep delta NLL
 
 
 class AblationModel(TypedDict):
@@ -136,13 +174,15 @@ class AblationModel(TypedDict):
 
     n_layers: int  # decoder layers
     variants: dict[str, VariantSummary]  # by label: the primary variant first, then the notebook's scheme
+    prefix_reuse: PrefixReuse  # how its forward passes ran
 
 
 class AblationSummary(TypedDict):
     """``result.summary`` of an ablation run."""
 
-    bits: int  # bits of the fake quantization
-    primary: str  # the label of the primary variant ("SCHEME/TARGETS")
+    bits: int  # bits of the primary variant's fake quantization
+    recipe: str  # the primary variant's recipe
+    primary: str  # the label of the primary variant ("SCHEME/TARGETS", "/8-bit" added when its bits are not --bits)
     models: dict[str, AblationModel]  # by model name
     warnings: list[str]  # small-group warnings (few languages)
 
