@@ -25,7 +25,8 @@ def test_layerscope_run_writes_every_study_and_a_page_chromium_renders(tmp_path)
     for name in SUITE:
         assert f"{name}: " in done.stdout  # each study's verdicts on the console
     pngs = sorted(p.relative_to(folder).as_posix() for p in folder.glob("*/*.png"))
-    assert pngs == ["ablation/ablation.png", "ablation/ablation_notebook_scheme.png",
+    assert pngs == ["ablation/ablation.png", "ablation/ablation_layer_error.png",
+                    "ablation/ablation_notebook_scheme.png", "ablation/ablation_notebook_scheme_layer_error.png",
                     "anisotropy/anisotropy_profile.png", "anisotropy/eigenvalue_spectrum.png",
                     "atlas/atlas_profiles.png", "atlas/cka_smollm2-135m.png", "atlas/massive_map_smollm2-135m.png",
                     "divergence/divergence.png", "phases/phases.png", "scaling/scaling.png"]
