@@ -69,3 +69,17 @@ def small_pairs(n_categories: int = 4, n_pairs: int = 5) -> dict:
     return {f"cat{c}": {"pairs": [[f"Without doubt {subjects[i]} grew {c + 2} times in year {i}.",
                                     f"Maybe {subjects[i]} grew a little in year {i}, some say."]
                                    for i in range(n_pairs)]} for c in range(n_categories)}
+
+
+@pytest.fixture
+def languages(tmp_path):
+    """Two languages of tiny texts (en high-resource: 4 texts, sw low-resource: 3), as the ablation loads them."""
+    import json
+
+    import tiny
+    from layerscope.data.languages import load_languages
+
+    path = tmp_path / "languages.json"
+    path.write_text(json.dumps({"en": {"resource": "high", "texts": tiny.TEXTS[:4]},
+                                "sw": {"resource": "low", "texts": tiny.TEXTS[4:7]}}))
+    return load_languages(path)

@@ -2,7 +2,6 @@
 the model, and the recipes touching exactly the weights they name."""
 
 import copy
-import json
 import math
 
 import numpy as np
@@ -10,7 +9,6 @@ import pytest
 import torch
 
 import tiny
-from layerscope.data.languages import load_languages
 from layerscope.engine.scoring import Scorer
 from layerscope.models import decoder_layers
 from layerscope.quant import RECIPES, fake_quantize, quantize_layers, sqnr_db, target_params, weight_rel_err
@@ -85,14 +83,6 @@ def naive(w, bits, scheme, axis=0):
     size = rows.shape[1] if scheme == "per-channel" else int(scheme.split(":")[1])
     out = torch.stack([torch.cat([rtn(r[i:i + size]) for i in range(0, len(r), size)]) for r in rows])
     return out.T if axis == 1 else out
-
-
-@pytest.fixture
-def languages(tmp_path):
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps({"en": {"resource": "high", "texts": tiny.TEXTS[:4]},
-                                "sw": {"resource": "low", "texts": tiny.TEXTS[4:7]}}))
-    return load_languages(path)
 
 
 def hidden_after(model, tokenizer, texts, layer):

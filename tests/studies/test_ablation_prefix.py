@@ -11,7 +11,6 @@ from typer.testing import CliRunner
 
 import tiny
 from layerscope.cli import app
-from layerscope.data.languages import load_languages
 from layerscope.studies.ablation import runner as ablation_runner
 from layerscope.studies.ablation.configs import standard_configs, sweep_configs
 from layerscope.studies.ablation.runner import Variant, score_configs
@@ -19,14 +18,6 @@ from layerscope.studies.ablation.runner import Variant, score_configs
 N_LAYERS = 4
 VARIANTS = [Variant("pc", "per-channel", "linear", sweep=True), Variant("nb", "per-tensor", "all-weights", sweep=False)]
 KEY = ["config", "variant", "lang", "sample"]
-
-
-@pytest.fixture
-def languages(tmp_path):
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps({"en": {"resource": "high", "texts": tiny.TEXTS[:4]},
-                                "sw": {"resource": "low", "texts": tiny.TEXTS[4:7]}}))
-    return load_languages(path)
 
 
 def model(arch):

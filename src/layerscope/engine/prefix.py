@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 
-def _hidden(output) -> torch.Tensor:
+def hidden_of(output) -> torch.Tensor:
+    """The hidden state (B, T, d) in a decoder block's output, whether the block returns a tensor or a tuple."""
     return output[0] if isinstance(output, tuple) else output
 
 
@@ -32,7 +33,7 @@ def keep_outputs(blocks: nn.ModuleList, layers: Iterable[int],
     block returned a tuple."""
     def hook(k):
         def call(_module, _args, output):
-            on_output(k, _hidden(output), isinstance(output, tuple))
+            on_output(k, hidden_of(output), isinstance(output, tuple))
         return call
 
     handles = [blocks[k - 1].register_forward_hook(hook(k)) for k in sorted(set(layers))]

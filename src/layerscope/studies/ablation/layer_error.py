@@ -27,13 +27,10 @@ import torch
 
 from ...data.languages import LanguageTexts
 from ...engine.batching import Batch
+from ...engine.prefix import hidden_of
 from ...models import LoadedModel, decoder_layers
 from ...quant import WeightSnapshot, quantize_layers, sqnr_db, target_params, weight_rel_err
 from .configs import Variant
-
-
-def _hidden(output) -> torch.Tensor:
-    return output[0] if isinstance(output, tuple) else output
 
 
 class LayerErrors:
@@ -64,7 +61,7 @@ class LayerErrors:
             batch = self._batch
             real = batch.attention_mask.bool()
             rows = torch.arange(len(batch.index), device=real.device)
-            y = _hidden(output).float()
+            y = hidden_of(output).float()
             self._add(self.signal[layer], batch, (y**2).sum(-1), real, rows)
             for label, (variant, layers) in self.layers.items():
                 if layer not in layers:
@@ -76,7 +73,7 @@ class LayerErrors:
                     if (label, layer) not in self.weight_err:
                         self.weight_err[label, layer] = weight_rel_err(
                             [snapshot.saved(name) for name in params], [p for p, _ in params.values()])
-                    y_q = _hidden(module.forward(*args, **kwargs)).float()
+                    y_q = hidden_of(module.forward(*args, **kwargs)).float()
                 finally:
                     snapshot.restore()
                 self._add(self.noise[label, layer], batch, ((y - y_q) ** 2).sum(-1), real, rows)
