@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from layerscope.spectrum import anisotropy_metrics
+from layerscope.measures.spectrum import anisotropy_metrics
 
 METRICS = ("eigenvalue_variance", "top1_ratio", "effective_rank", "cos_to_mean", "var_top10", "var_top50")
 

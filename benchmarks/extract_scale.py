@@ -71,7 +71,7 @@ def _join(first: str, second: str, cut: float) -> str:
 def divergence_by_layer(acts, cats: np.ndarray, n_cat: int) -> np.ndarray:
     """(n_layers + 1,) Pearson r over categories of UA (uniformity of A minus that of B, "mean" pooling) with the
     mean preference NLL(B) - NLL(A); each layer is read from the store alone."""
-    from layerscope.geometry import uniformity
+    from layerscope.measures.geometry import uniformity
 
     nll = acts.nll_mean
     pref_pair = nll[1::2] - nll[0::2]  # (n_pairs,)

@@ -2,7 +2,7 @@
 to a lower layer, so no two packages import each other in a cycle, and no study package imports another.
 
     cli -> sweep -> studies -> (engine, quant, report) -> models
-        -> (data, io, stats, geometry, spectrum, similarity, intrinsic, entropy, changepoints)
+        -> (data, io, stats, measures)
         -> (paths, provenance, progress) -> errors
 """
 
@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "layerscope"
 LAYERS = [
     ("errors",),
     ("paths", "provenance", "progress", "lazy"),
-    ("data", "io", "stats", "geometry", "spectrum", "similarity", "intrinsic", "entropy", "changepoints"),
+    ("data", "io", "stats", "measures"),
     ("models",),
     ("engine", "quant", "report"),
     ("studies",),

@@ -14,7 +14,7 @@ import notebook_reference as notebook
 from layerscope import load_model
 from layerscope.cli import app
 from layerscope.data.languages import load_languages
-from layerscope.spectrum import anisotropy_metrics
+from layerscope.measures.spectrum import anisotropy_metrics
 from layerscope.studies.ablation.configs import standard_configs
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ import pytest
 import synthetic
 from layerscope.engine.layers import ArraySource, LayerStack
 from layerscope.errors import ExtractionError
-from layerscope.geometry import centroid_asymmetry
+from layerscope.measures.geometry import centroid_asymmetry
 from layerscope.studies import inputs
 from layerscope.studies.divergence.analysis import analyse_model as divergence
 from layerscope.studies.inputs import PairRun, extracted_layers

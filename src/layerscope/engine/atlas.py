@@ -39,10 +39,10 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ExtractionError
+from ..measures.spectrum import CLIP, metrics_from_spectrum
 from ..models.info import input_device
 from ..models.load import LoadedModel
 from ..progress import steps
-from ..spectrum import CLIP, metrics_from_spectrum
 from .batching import MAX_TEXTS_PER_BATCH, Batch, collate, memory_budget, pad_id, plan_batches
 from .capture import last_capture, pre_norm_capture
 from .guards import check_finite, encode
@@ -85,8 +85,8 @@ class AtlasPass:
     pooled: np.ndarray
     """(n_texts, len(layers), d) float32: mean pooling of each text's tokens (a BOS token left out)."""
     spectrum: dict[str, np.ndarray]
-    """{metric: (len(layers),)} from :func:`~layerscope.spectrum.metrics_from_spectrum` of the covariance of every
-    real token's state (``top1_ratio`` is the anisotropy study's measure)."""
+    """{metric: (len(layers),)} from :func:`~layerscope.measures.spectrum.metrics_from_spectrum` of the covariance
+    of every real token's state (``top1_ratio`` is the anisotropy study's measure)."""
     massive: MassiveSummary
     massive_tokens: int
     """Real tokens flagged massive at some decoder block output (left out of ``block_influence_no_massive``)."""
@@ -261,7 +261,7 @@ class _Sums:
 
 def prompt_entropy_sums(hidden: torch.Tensor, real: torch.Tensor) -> tuple[torch.Tensor, int]:
     """``sums, n = prompt_entropy_sums(hidden, real)``: (3,) float64 sums over the batch's texts of 2 or more real
-    tokens (``n`` of them) of :func:`layerscope.entropy.matrix_entropy`'s entropy, normalised entropy and
+    tokens (``n`` of them) of :func:`layerscope.measures.entropy.matrix_entropy`'s entropy, normalised entropy and
     effective rank, each text's token Gram spectrum taken batched; ``hidden`` (B, T, d), ``real`` (B, T) bool.
     The same rule as ``matrix_entropy``: eigenvalues below lambda_max max(n, d) eps count as 0."""
     z = torch.where(real[..., None], hidden, 0.0).double()  # padding rows are zero: they add zero eigenvalues

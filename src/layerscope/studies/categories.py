@@ -16,7 +16,7 @@ import numpy as np
 
 from ..data import PairDataset, load_pairs
 from ..data.pairs import CATEGORY_RULE, MIN_CATEGORIES, check_categories
-from ..geometry import uniformity
+from ..measures.geometry import uniformity
 from ..stats import pearson
 from .correlation import Significance, pearson_tests
 from .inputs import without_category

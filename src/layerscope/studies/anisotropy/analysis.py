@@ -22,8 +22,8 @@ from scipy import stats
 
 from ...engine.tokens import TokenStates
 from ...errors import LayerscopeError
+from ...measures.spectrum import anisotropy_metrics
 from ...report.markdown import number
-from ...spectrum import anisotropy_metrics
 from ...stats import bh_qvalues
 from ..caveats import MIN_N
 from ..config import ConfigError

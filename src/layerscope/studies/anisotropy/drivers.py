@@ -17,7 +17,7 @@ import pandas as pd
 
 from ...engine.massive import MASSIVE_RATIO, massive_tokens
 from ...engine.tokens import TokenStates
-from ...spectrum import covariance_spectrum, metrics_from_spectrum
+from ...measures.spectrum import covariance_spectrum, metrics_from_spectrum
 from ..sensitivity import check_entry
 from .summary import Bell, Driver, LStarCheck, Massive, TokenSet
 

@@ -21,9 +21,9 @@ import numpy as np
 from ...engine.atlas import AtlasPass
 from ...engine.massive import MASSIVE_RATIO
 from ...engine.massive_profile import CLASSES
-from ...entropy import matrix_entropy
-from ...intrinsic import twonn_dimension
-from ...similarity import cka_matrix
+from ...measures.entropy import matrix_entropy
+from ...measures.intrinsic import twonn_dimension
+from ...measures.similarity import cka_matrix
 from ..result import layer_row
 from .boundaries import boundaries, change_points
 from .summary import AtlasModel

@@ -4,7 +4,7 @@
     b["consensus"], b["thirds"], b["agree"], b["verdict"]
 
 Each profile over the measured layers gets a piecewise-linear fit with 2 breakpoints
-(:func:`layerscope.changepoints.piecewise_linear_breaks`, exact least squares, segments of at least 2 layers);
+(:func:`layerscope.measures.changepoints.piecewise_linear_breaks`, exact least squares, segments of at least 2 layers);
 its breaks are the first layers of the 2nd and 3rd segments. The consensus is the median over measures of the
 first break and of the second. A boundary agrees with the thirds' when it lies within ``tolerance`` =
 max(1, round(0.1 n_layers)) layers of it. This is a description, not a test: no p-value is claimed.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...changepoints import piecewise_linear_breaks, thirds
+from ...measures.changepoints import piecewise_linear_breaks, thirds
 from .summary import Boundaries
 
 N_BREAKS, MIN_SIZE = 2, 2

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...changepoints import thirds as phase_split  # tested layers in thirds, as the notebook
-from ...geometry import centroid_asymmetry
+from ...measures.changepoints import thirds as phase_split  # tested layers in thirds, as the notebook
+from ...measures.geometry import centroid_asymmetry
 from ...progress import steps
 from ...report.markdown import number, signed
 from ...stats import bca_pearson_ci, bootstrap_pearson, pearson, percentile_ci, resample_indices

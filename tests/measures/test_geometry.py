@@ -7,7 +7,7 @@ import pytest
 
 from layerscope.engine.layers import ArraySource, LayerStack
 from layerscope.errors import ExtractionError
-from layerscope.geometry import centroid_asymmetry, cosine_to, uniformity
+from layerscope.measures.geometry import centroid_asymmetry, cosine_to, uniformity
 from layerscope.studies.categories import category_ua
 
 

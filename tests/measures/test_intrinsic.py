@@ -3,9 +3,9 @@ import math
 import numpy as np
 import pytest
 
-import layerscope.intrinsic as intrinsic
+import layerscope.measures.intrinsic as intrinsic
 from layerscope.errors import LayerscopeError
-from layerscope.intrinsic import two_nearest, twonn_dimension
+from layerscope.measures.intrinsic import two_nearest, twonn_dimension
 
 
 def subspace_points(n=2000, dim=5, ambient=100, noise=1e-4, seed=0):

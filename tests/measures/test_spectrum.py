@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from layerscope.spectrum import (
+from layerscope.measures.spectrum import (
     anisotropy_metrics,
     cos_to_mean,
     covariance_spectrum,
@@ -92,7 +92,7 @@ def test_top_vector_on_a_large_gram_uses_the_iterative_solver():
 
 @pytest.mark.parametrize("n, d", [(40, 120), (120, 40)])
 def test_top1_without_dims_equals_recomputing_on_the_remaining_dims(n, d):
-    from layerscope.spectrum import top1_ratio_without
+    from layerscope.measures.spectrum import top1_ratio_without
 
     rng = np.random.default_rng(3)
     x = rng.normal(size=(n, d)) * np.geomspace(20, 1, d)

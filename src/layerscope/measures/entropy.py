@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import LayerscopeError
+from ..errors import LayerscopeError
 
 
 @dataclass(frozen=True)

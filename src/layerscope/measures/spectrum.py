@@ -17,7 +17,7 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse.linalg
 
-from .errors import LayerscopeError
+from ..errors import LayerscopeError
 
 CLIP = 1e-10
 EPS = 1e-10

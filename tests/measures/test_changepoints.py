@@ -3,8 +3,8 @@ import itertools
 import numpy as np
 import pytest
 
-from layerscope.changepoints import piecewise_linear_breaks
 from layerscope.errors import LayerscopeError
+from layerscope.measures.changepoints import piecewise_linear_breaks
 
 
 def three_segments():

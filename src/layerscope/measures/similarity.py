@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import LayerscopeError, check_finite_rows
+from ..errors import LayerscopeError, check_finite_rows
 
 Layers = Iterable[np.ndarray] | Callable[[], Iterable[np.ndarray]]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import check_finite_rows
+from ..errors import check_finite_rows
 
 BLOCK_BYTES = 64 * 2**20  # distances held at a time
 CANDIDATES = 4  # nearest candidates per point re-measured exactly

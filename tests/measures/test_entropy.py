@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy.stats import ortho_group
 
-from layerscope.entropy import matrix_entropy, mean_prompt_entropy
+from layerscope.measures.entropy import matrix_entropy, mean_prompt_entropy
 
 
 def with_singular_values(s, n, d, seed=0):

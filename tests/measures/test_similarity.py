@@ -5,7 +5,7 @@ import pytest
 from scipy.stats import ortho_group
 
 from layerscope.errors import LayerscopeError
-from layerscope.similarity import angular_distance, block_influence, cka_matrix, linear_cka
+from layerscope.measures.similarity import angular_distance, block_influence, cka_matrix, linear_cka
 
 
 def naive_cka(x, y):
