@@ -10,63 +10,15 @@ import torch
 import torch.nn.functional as F
 
 import tiny
+from atlas_reference import FINAL_NORM, TEXTS, cos, make_lm, massive_flags, output_tensor, reference
 from layerscope import ExtractionError
 from layerscope.engine.atlas import atlas_pass, prefix_within, prompt_entropy_sums
 from layerscope.models.info import decoder_layers
 
-FINAL_NORM = {"llama": "model.norm", "gpt2": "transformer.ln_f", "gpt_neox": "gpt_neox.final_layer_norm",
-              "opt": "model.decoder.final_layer_norm", "gemma3": "model.norm"}
-SOFTCAP = 1.5
-"""Gemma's final soft-capping, set on the tiny gemma3 (whose config has none) so that it bites."""
-TEXTS = [*tiny.TEXTS[:6], "The"]
-"""Texts of very different lengths; "The" is one token without BOS (no Gram entropy, no next token)."""
-RATIO = 100.0
-
-
-def output_tensor(output):
-    return output[0] if isinstance(output, (tuple, list)) else output
-
-
-@torch.no_grad()
-def reference(lm, texts):
-    """Per text, from one unbatched forward pass: ``ids`` (T,), ``states`` (n_layers + 1, T, d) float64 with state
-    ``n_layers`` the last block's output before the final norm, ``hidden`` transformers' hidden states (torch),
-    ``logits`` (T, vocab) float64."""
-    rows = []
-    for text in texts:
-        ids = lm.tokenizer(text)["input_ids"]
-        got = []
-        handle = decoder_layers(lm.model)[-1].register_forward_hook(
-            lambda _m, _a, out, got=got: got.append(output_tensor(out)))
-        try:
-            out = lm.model(input_ids=torch.tensor(ids)[None], output_hidden_states=True)
-        finally:
-            handle.remove()
-        hidden = [h[0] for h in out.hidden_states]
-        states = np.stack([h.double().numpy() for h in hidden[:-1]] + [got[-1][0].double().numpy()])
-        rows.append({"ids": ids, "states": states, "hidden": hidden, "logits": out.logits[0].double()})
-    return rows
-
-
-def cos(a, b):
-    """Cosine of two vectors (float64)."""
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-
-def massive_flags(states):
-    """(T,) bool: the text's tokens whose max |activation| exceeds 100 x the text's median |activation| at any of
-    states 1..n_layers (``states`` (n_layers + 1, T, d))."""
-    flags = np.zeros(states.shape[1], dtype=bool)
-    for layer in range(1, len(states)):
-        mag = np.abs(states[layer])
-        median = np.median(mag)
-        for t in range(states.shape[1]):
-            flags[t] |= mag[t].max() > RATIO * median
-    return flags
-
 
 def naive_transitions(ref, n_layers):
-    """Block influence, the same without massive tokens, angular distance: (n_layers,) each, by per-token loops."""
+    """Block influence, the same without position 0 and the massive tokens, angular distance: (n_layers,) each, by
+    per-token loops."""
     influence, kept_influence, angular = [], [], []
     flags = [massive_flags(r["states"]) for r in ref]
     for layer in range(n_layers):
@@ -76,7 +28,7 @@ def naive_transitions(ref, n_layers):
             for t in range(s.shape[1]):
                 d = 1 - cos(s[layer, t], s[layer + 1, t])
                 values.append(d)
-                if not flag[t]:
+                if not flag[t] and t > 0:  # position 0 and the massive tokens left out
                     kept.append(d)
             c = np.clip(cos(s[layer, -1], s[layer + 1, -1]), -1, 1)
             last.append(np.arccos(c) / np.pi)
@@ -135,20 +87,13 @@ def model_nll(ref):
     return total / count, count
 
 
-def make_lm(arch, adds_bos=False, n_layers=3):
-    lm = tiny.tiny_lm(arch, adds_bos=adds_bos, n_layers=n_layers)
-    if arch == "gemma3":
-        lm.model.config.final_logit_softcapping = SOFTCAP
-    return lm
-
-
 @pytest.fixture(scope="module", params=[(arch, bos) for arch in tiny.ARCHS for bos in (False, True)],
                 ids=lambda p: f"{p[0]}-{'bos' if p[1] else 'nobos'}")
 def case(request):
     """A tiny model, its atlas pass over TEXTS and the per-text reference."""
     arch, adds_bos = request.param
     lm = make_lm(arch, adds_bos)
-    return arch, lm, atlas_pass(lm, TEXTS, progress=False), reference(lm, TEXTS)
+    return arch, lm, atlas_pass(lm, TEXTS, progress=False, convention="raw"), reference(lm, TEXTS)
 
 
 def test_counts_and_layers(case):

@@ -156,9 +156,13 @@ class LensSums:
     is the final argmax. A term with probability 0 counts 0 (no NaN from a logit of -inf).
     """
 
-    def __init__(self):
+    def __init__(self, n_texts: int | None = None):
         self._sums: dict[int, torch.Tensor] = {}
         self.tokens: dict[int, int] = {}
+        self.n_texts = n_texts
+        self.per_text: dict[int, torch.Tensor] = {}
+        """With ``n_texts``: {layer: (2, n_texts, 5) float64}: per text, the sums of the 4 metrics and the count of
+        its scored tokens, over every scored token (``[0]``) and over those marked ``kept`` (``[1]``)."""
 
     @property
     def layers(self) -> list[int]:
@@ -166,9 +170,11 @@ class LensSums:
 
     @torch.inference_mode()
     def update(self, layer: int, lens_logits: torch.Tensor, final_logits: torch.Tensor | FinalTerms,
-               targets: torch.Tensor) -> None:
+               targets: torch.Tensor, texts: torch.Tensor | None = None, kept: torch.Tensor | None = None) -> None:
         """Add one chunk of ``N`` scored tokens at ``layer``: logits (N, vocab) each, ``targets`` (N,) token ids.
-        ``final_logits`` may be given as :func:`final_terms` of them, computed once for every layer of a chunk."""
+        ``final_logits`` may be given as :func:`final_terms` of them, computed once for every layer of a chunk.
+        With ``n_texts`` set, ``texts`` (N,) says which text each token belongs to (0..n_texts-1) and ``kept`` (N,)
+        bool which tokens count in the second per-text set (:attr:`per_text`)."""
         final = final_logits if isinstance(final_logits, FinalTerms) else final_terms(final_logits)
         if lens_logits.shape != final.log_p.shape or lens_logits.shape[:1] != targets.shape:
             raise ValueError(f"lens logits {tuple(lens_logits.shape)}, final logits {tuple(final.log_p.shape)} "
@@ -186,6 +192,16 @@ class LensSums:
             self.tokens[layer] = 0
         self._sums[layer] += chunk.to(self._sums[layer].device)
         self.tokens[layer] += len(targets)
+        if self.n_texts is not None and texts is not None:
+            values = torch.stack([ce.double(), entropy.double(), kl.double(), agree.double(),
+                                  torch.ones_like(ce, dtype=torch.float64)], dim=1)  # (N, 5)
+            if layer not in self.per_text:
+                self.per_text[layer] = torch.zeros(2, self.n_texts, 5, dtype=torch.float64, device=values.device)
+            texts = texts.to(values.device)
+            self.per_text[layer][0].index_add_(0, texts, values)
+            if kept is not None:
+                kept = kept.to(values.device)
+                self.per_text[layer][1].index_add_(0, texts[kept], values[kept])
 
     def means(self) -> dict[str, np.ndarray]:
         """{metric: (L,) float64} per layer of :attr:`layers`, each the mean over every token seen there."""
@@ -210,7 +226,7 @@ def scored_positions(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 @torch.inference_mode()
 def lens_batch(lm: LoadedModel, states: Mapping[int, torch.Tensor], batch: Batch, sums: LensSums,
-               chunk_tokens: int | None = None) -> None:
+               chunk_tokens: int | None = None, kept: torch.Tensor | None = None) -> None:
     """``lens_batch(lm, {0: h0, 6: h6, n_layers: h_n}, batch, sums)``: add one batch's logit-lens metrics to ``sums``.
 
     ``states``: {layer: (B, T, d)} hidden states as :func:`~.capture.capture_states` hands them over (layer
@@ -218,7 +234,8 @@ def lens_batch(lm: LoadedModel, states: Mapping[int, torch.Tensor], batch: Batch
     ``n_layers``: the head's input, already normed, required: it gives the final logits). The lens logits are
     ``transform(lm, head(final_norm(h)))`` (nostalgebraist 2020, "interpreting GPT: the logit lens"), made on
     the scored tokens of ``batch`` only, ``chunk_tokens`` tokens at a time (default: as many as fit float32
-    logits of ``CHUNK_BYTES``).
+    logits of ``CHUNK_BYTES``). Per-text sums (``LensSums(n_texts)``) go to ``batch.index``'s texts; ``kept``
+    (B, T) bool marks the predicting positions that count in the second per-text set.
     """
     n_layers = lm.info.n_layers
     if n_layers not in states:
@@ -242,9 +259,12 @@ def lens_batch(lm: LoadedModel, states: Mapping[int, torch.Tensor], batch: Batch
         h = state[r.to(state.device), c.to(state.device)].to(device)  # (chunk, d)
         return transform(lm, head(h if layer == n_layers else norm(h)))
 
+    texts = torch.as_tensor(batch.index, dtype=torch.long, device=device)[rows]  # (N,) each token's text
+    keep = kept.to(device)[rows, cols] if kept is not None else None
     for s in range(0, len(rows), step):
         r, c, t = rows[s : s + step], cols[s : s + step], targets[s : s + step]
         final = logits(n_layers, r, c)
         terms = final_terms(final)
+        k = keep[s : s + step] if keep is not None else None
         for layer in layers:
-            sums.update(layer, final if layer == n_layers else logits(layer, r, c), terms, t)
+            sums.update(layer, final if layer == n_layers else logits(layer, r, c), terms, t, texts[s : s + step], k)

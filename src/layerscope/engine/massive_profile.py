@@ -135,6 +135,8 @@ def _smallest_above(values: torch.Tensor, lower: torch.Tensor) -> torch.Tensor:
 class _LayerStats:
     ratios: list[float] = field(default_factory=list)
     """Per text: top |activation| / median |activation|."""
+    texts: list[int] = field(default_factory=list)
+    """The caller's index of each text of ``ratios``."""
     top_class: np.ndarray = field(default_factory=lambda: np.zeros(len(CLASSES), dtype=np.int64))
     """(3,) texts whose top sits on each position class."""
     top_dims: Counter = field(default_factory=Counter)
@@ -168,6 +170,10 @@ class MassiveSummary:
     class_map: np.ndarray
     """(n_layers, 3) mean over texts having each class of that class's largest |activation| / the text's
     median; NaN where no text had the class (a text without a delimiter has no first delimiter)."""
+    texts: np.ndarray | None = None
+    """(n,) the texts seen at the first layer, ascending by the caller's index."""
+    text_ratio: np.ndarray | None = None
+    """(n_layers, n) each of those texts' top / median ratio per layer (NaN where a layer did not see it)."""
 
     def per_layer(self) -> dict[int, dict]:
         """``summary.per_layer()[5]["top_share"]["start"]``: the summary as plain Python values per layer."""
@@ -218,13 +224,14 @@ class MassiveProfile:
         empty = np.flatnonzero(table[:, TOKENS] == 0)
         if len(empty):
             raise _empty_text(batch.index[empty[0]])
-        self._add(stats, table)
+        self._add(stats, table, batch.index)
 
     @staticmethod
-    def _add(stats: _LayerStats, table: np.ndarray) -> None:
-        """Add the texts of :func:`_per_text`'s ``table`` (B, 10) to ``stats``, in row order."""
+    def _add(stats: _LayerStats, table: np.ndarray, texts: np.ndarray) -> None:
+        """Add the texts ``texts`` (B,) of :func:`_per_text`'s ``table`` (B, 10) to ``stats``, in row order."""
         has = table[:, HAS_CLASS] == 1
         stats.ratios.extend(table[:, RATIO].tolist())
+        stats.texts.extend(np.asarray(texts).tolist())
         np.add.at(stats.top_class, table[:, TOP_CLASS].astype(np.int64), 1)
         stats.top_dims.update(table[:, TOP_DIM].astype(np.int64).tolist())
         contributions = np.where(has, table[:, CLASS_RATIO], 0.0)
@@ -249,4 +256,14 @@ class MassiveProfile:
             fixed_dim=np.array(fixed, dtype=np.int64),
             fixed_dim_share=np.array([s.top_dims[d] / len(s.ratios) for s, d in zip(stats, fixed, strict=True)]),
             class_map=class_map,
+            **_by_text(stats),
         )
+
+
+def _by_text(stats: list[_LayerStats]) -> dict[str, np.ndarray]:
+    """``texts`` and ``text_ratio`` of a :class:`MassiveSummary`: each text's ratio per layer, by text index."""
+    texts = np.array(sorted(set(stats[0].texts)) if stats else [], dtype=np.int64)
+    ratio = np.full((len(stats), len(texts)), np.nan)
+    for i, s in enumerate(stats):
+        ratio[i, np.searchsorted(texts, s.texts)] = s.ratios
+    return {"texts": texts, "text_ratio": ratio}
