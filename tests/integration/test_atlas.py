@@ -77,9 +77,21 @@ def test_run_atlas_end_to_end_on_both_models(tmp_path):
         s = data["summary"]["models"][name]
         assert s["n_layers"] == n and s["layers"] == list(range(n + 1))
         assert s["n_texts"] >= 10 and s["n_tokens"] <= MAX_TOKENS
-        assert s["boundaries"]["consensus"] is not None and len(s["boundaries"]["per_metric"]) >= 8
+        b = s["boundaries"]
+        assert b["consensus"] is not None and len(b["per_metric"]) >= 8
+        assert set(b["per_family"]) == {"lens", "similarity", "spectrum"} and b["n_resamples"] == 200
+        rows = table[(table["model"] == name) & (table["metric"] == "boundary")]
+        default = rows[(rows["variant"] == "default") & (rows["family"] == "consensus")].sort_values("boundary")
+        assert default["value"].astype(int).tolist() == b["consensus"]
+        assert ((default["ci_lo"] <= default["value"]) & (default["value"] <= default["ci_hi"])).all()
+        assert {"excl_massive", "no_layer0", "min_segment_3"} <= set(rows["variant"])
+        debiased = table[(table["model"] == name) & (table["metric"] == "cka_debiased") & table["model_b"].isna()]
+        assert len(debiased) == (n + 1) ** 2
         lens = table[(table["model"] == name) & (table["metric"] == "lens_kl")]
         assert sorted(lens["layer"]) == list(range(n + 1))
         assert lens[lens["layer"] == n]["value"].abs().max() < 1e-6
     cross = table[(table["metric"] == "cka") & table["model_b"].notna()]
     assert len(cross) == 31 * 19 and cross["value"].between(-1e-9, 1 + 1e-9).all()
+    assert len(table[(table["metric"] == "cka_debiased") & table["model_b"].notna()]) == 31 * 19
+    report = (out / "report.md").read_text()
+    assert "debiased CKA" in report and "100x the median" in report and "**Sensitivity.**" in report

@@ -68,3 +68,15 @@ def test_bad_profiles_are_refused():
         piecewise_linear_breaks(np.arange(5.0), n_breaks=2, min_size=2)
     with pytest.raises(ValueError, match="min_size >= 2"):
         piecewise_linear_breaks(np.arange(10.0), min_size=1)
+
+
+def test_many_breaks_equals_one_fit_per_row():
+    from layerscope.measures.changepoints import many_breaks
+
+    rng = np.random.default_rng(11)
+    layers = np.arange(25)
+    ys = np.cumsum(rng.normal(size=(40, 25)), axis=1) + np.where(layers >= 9, 0.4 * (layers - 9), 0.0)
+    for n_breaks, min_size in ((2, 2), (1, 3), (3, 2), (2, 4)):
+        got = many_breaks(ys, n_breaks=n_breaks, min_size=min_size)
+        want = [piecewise_linear_breaks(y, n_breaks=n_breaks, min_size=min_size).breaks for y in ys]
+        assert got.tolist() == [list(w) for w in want]

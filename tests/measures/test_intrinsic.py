@@ -63,3 +63,36 @@ def test_too_few_points_and_bad_values():
 def test_three_points_by_hand():
     # on a line at 0, 1, 3: mu = 3/1, 2/1, 3/2 -> d = 3 / log(9)
     assert twonn_dimension(np.array([[0.0], [1.0], [3.0]])) == pytest.approx(3 / math.log(9), rel=1e-14)
+
+
+def naive_facco(x, discard=0.1):
+    """Facco et al.'s fit by hand: mu sorted, F_i = i / N, the first floor(0.9 N) kept, slope through the origin
+    of -log(1 - F) on log(mu) from the normal equation sum(x y) / sum(x x)."""
+    r1, r2, _ = naive_twonn(x)
+    mu = sorted(b / a for a, b in zip(r1, r2, strict=True))
+    n = len(mu)
+    kept = math.floor(n * (1 - discard))
+    xs = [math.log(m) for m in mu[:kept]]
+    ys = [-math.log(1 - (i + 1) / n) for i in range(kept)]
+    return sum(a * b for a, b in zip(xs, ys, strict=True)) / sum(a * a for a in xs)
+
+
+def test_facco_estimator_matches_the_hand_fit_and_finds_the_subspace():
+    x = subspace_points(n=120, dim=4, ambient=30, seed=2)
+    assert twonn_dimension(x, estimator="facco") == pytest.approx(naive_facco(x), rel=1e-10)
+    assert abs(twonn_dimension(subspace_points(), estimator="facco") - 5.0) < 0.5
+    with pytest.raises(ValueError, match="choose one of mle, facco"):
+        twonn_dimension(x, estimator="levina")
+
+
+def test_estimates_from_a_distance_matrix_match_the_points_on_any_subset():
+    from layerscope.measures.intrinsic import pairwise_distances, twonn_from_distances
+
+    x = subspace_points(n=200, dim=3, ambient=12, seed=4)
+    distances = pairwise_distances(x)
+    u = np.random.default_rng(0).choice(200, size=90, replace=False)
+    for estimator in ("mle", "facco"):
+        assert twonn_from_distances(distances[np.ix_(u, u)], estimator) == pytest.approx(
+            twonn_dimension(x[u], estimator=estimator), rel=1e-9)
+    doubled = np.concatenate([x[:50], x[:2]])  # two points with a twin: both copies are left out
+    assert twonn_from_distances(pairwise_distances(doubled)) == pytest.approx(twonn_dimension(x[2:50]), rel=1e-9)

@@ -14,8 +14,9 @@ import tiny
 from layerscope import load_model
 from layerscope.cli import app
 from layerscope.engine.atlas import atlas_pass
+from layerscope.measures.boundaries import bootstrap_boundaries
 from layerscope.studies import StudyConfig, StudyResult, run_study
-from layerscope.studies.atlas.boundaries import boundaries, change_points, tolerance
+from layerscope.studies.atlas.boundaries import FAMILIES, summarise, tolerance
 
 runner = CliRunner()
 
@@ -32,67 +33,57 @@ def three_lines(n: int, first: int, second: int, slopes=(0.1, 0.3, -0.2), jumps=
                     np.where(x < second, jumps[0] + slopes[1] * (x - first), jumps[1] + slopes[2] * (x - second)))
 
 
+def family_profiles(lens, similarity, spectrum, n=31):
+    """One measure per family (plus the top-1 share in the spectrum family), breaks as given; 3 identical rows
+    (the full data and two resamples)."""
+    def rows(breaks):
+        return np.tile(three_lines(n, *breaks), (3, 1))
+    return {"lens_kl": (LAYERS[:n], rows(lens)), "block_influence": (LAYERS[:n], rows(similarity)),
+            "top1_ratio": (LAYERS[:n], rows(spectrum)), "norm": (LAYERS[:n], rows(spectrum))}
+
+
+def fits_of(default, **variants):
+    return {"default": bootstrap_boundaries(default, FAMILIES, 3),
+            **{v: bootstrap_boundaries(variants.get(v, default), FAMILIES, 3)
+               for v in ("excl_massive", "no_layer0", "min_segment_3")}}
+
+
 def test_tolerance_is_a_tenth_of_the_depth_rounded_and_at_least_one():
     # by hand: 31 -> 3.1 -> 3; 30 -> 3; 18 -> 1.8 -> 2; 12 -> 1.2 -> 1; 6 -> 0.6 -> 1; 4 -> 0.4 -> 0 -> at least 1
     assert [tolerance(n) for n in (31, 30, 18, 12, 6, 4)] == [3, 3, 2, 1, 1, 1]
 
 
-def test_breaks_at_10_and_20_over_31_layers_agree_with_the_thirds():
-    profiles = {"a": (LAYERS, three_lines(31, 10, 20)), "b": (LAYERS, three_lines(31, 10, 20, slopes=(-1, 0, 2))),
-                "c": (LAYERS, three_lines(31, 10, 20, jumps=(-3.0, 8.0))), "d": (LAYERS, three_lines(31, 12, 22)),
-                "e": (LAYERS, three_lines(31, 5, 25))}
-    b = boundaries(profiles, LAYERS, l_star=13, n_layers=30)
-    assert b["per_metric"] == {"a": [10, 20], "b": [10, 20], "c": [10, 20], "d": [12, 22], "e": [5, 25]}
-    assert b["skipped"] == {}
-    # the median of the first breaks (5, 10, 10, 10, 12) and of the second ones (20, 20, 20, 22, 25): the middle one
-    assert b["consensus"] == [10, 20]
-    # the notebooks' thirds of 31 layers: mid starts at 31 // 3 = 10, late at 2 * 31 // 3 = 20
-    assert b["thirds"] == [10, 20]
-    assert b["tolerance"] == 3  # max(1, round(0.1 * 30))
-    assert b["agree"] == [True, True]
-    # within 3 of layer 10: a, b, c (10), d (12); not e (5). Within 3 of layer 20: a, b, c (20), d (22); not e (25)
-    assert b["support"] == [4, 4]
-    assert b["l_star_near"] is True  # |13 - 10| = 3 <= 3
-    assert "layers 10 and 20" in b["verdict"] and "agree with both" in b["verdict"]
-    assert "within 3 layers" in b["verdict"]
-    assert "4 and 4 of 5 measures" in b["verdict"] and "L* = 13 is near" in b["verdict"]
-    assert boundaries(profiles, LAYERS, l_star=15, n_layers=30)["l_star_near"] is False  # 5 from 10 and from 20
+def test_l_star_is_compared_without_the_family_of_the_top1_share():
+    profiles = family_profiles(lens=(5, 22), similarity=(6, 23), spectrum=(12, 25))
+    b = summarise(fits_of(profiles), LAYERS, 3, 2, l_star=12)
+    assert b["per_metric"]["top1_ratio"] == [12, 25]  # its own break is the jump that defines L*
+    assert b["per_family"] == {"lens": [5, 22], "similarity": [6, 23], "spectrum": [12, 25]}
+    assert b["consensus"] == [6, 23]  # lower median of (5, 6, 12) and of (22, 23, 25)
+    assert b["l_star_families"] == ["lens", "similarity"]
+    assert b["l_star_consensus"] == [5, 22]  # lower median of two: the smaller
+    assert b["l_star_distance"] == 7  # |12 - 5|, not 0 as against the top-1 share's own break
+    assert b["thirds"] == [10, 20] and b["thirds_distance"] == [4, 3]  # |6 - 10|, |23 - 20|
 
 
-def test_breaks_at_5_and_25_agree_with_neither_third():
-    b = boundaries({"a": (LAYERS, three_lines(31, 5, 25))}, LAYERS, l_star=25, n_layers=30)
-    assert b["consensus"] == [5, 25] and b["thirds"] == [10, 20]
-    assert b["agree"] == [False, False]  # |5 - 10| = |25 - 20| = 5 > 3
-    assert b["support"] == [0, 0] and b["l_star_near"] is True
-    assert "agree with neither" in b["verdict"]
-    one = boundaries({"a": (LAYERS, three_lines(31, 9, 27))}, LAYERS, l_star=0, n_layers=30)
-    assert one["agree"] == [True, False] and "early/mid boundary only" in one["verdict"]  # 1 and 7 from the thirds
+def test_a_boundary_that_moves_under_a_check_is_fragile_and_its_family_massive_driven():
+    default = family_profiles(lens=(10, 20), similarity=(10, 20), spectrum=(10, 20))
+    without_sink = family_profiles(lens=(10, 20), similarity=(10, 27), spectrum=(11, 27))
+    b = summarise(fits_of(default, excl_massive=without_sink), LAYERS, 3, 2, l_star=10)
+    assert b["consensus"] == [10, 20] and b["variants"]["excl_massive"]["consensus"] == [10, 27]
+    assert b["moved"][0] == {"excl_massive": 0, "no_layer0": 0, "min_segment_3": 0}
+    assert b["moved"][1]["excl_massive"] == 7
+    assert b["fragile"] == [False, True]
+    assert b["massive_driven"] == ["similarity", "spectrum"]  # lens did not move; spectrum's 2nd moved by 7
+    steady = summarise(fits_of(default), LAYERS, 3, 2, l_star=10)
+    assert steady["fragile"] == [False, False] and steady["massive_driven"] == []
 
 
-def test_change_points_are_layers_not_positions_when_every_other_layer_is_measured():
-    layers = list(range(0, 31, 2))  # 16 layers; the jumps at positions 5 and 10 are layers 10 and 20
-    found, skipped = change_points({"m": (layers, three_lines(16, 5, 10))})
-    assert found == {"m": [10, 20]} and skipped == {}
-    b = boundaries({"m": (layers, three_lines(16, 5, 10))}, layers, l_star=30, n_layers=30)
-    assert b["thirds"] == [layers[16 // 3], layers[2 * 16 // 3]] == [10, 20]
-    assert b["agree"] == [True, True] and b["l_star_near"] is False
-
-
-def test_a_profile_with_nan_and_one_with_too_few_layers_are_skipped_with_a_reason():
-    with_nan = three_lines(31, 10, 20)
-    with_nan[7] = np.nan
-    profiles = {"nan": (LAYERS, with_nan), "short": (LAYERS[:5], np.arange(5.0)),
-                "ok": (LAYERS, three_lines(31, 10, 20))}
-    b = boundaries(profiles, LAYERS, l_star=10, n_layers=30)
-    assert b["per_metric"] == {"ok": [10, 20]}
-    assert set(b["skipped"]) == {"nan", "short"}
-    assert "not finite" in b["skipped"]["nan"] and "5 layers" in b["skipped"]["short"]
-    assert b["consensus"] == [10, 20] and b["support"] == [1, 1]
-    nothing = boundaries({"nan": (LAYERS, with_nan)}, LAYERS, l_star=10, n_layers=30)
-    assert nothing["consensus"] is None and nothing["agree"] is None and nothing["l_star_near"] is None
-    assert nothing["support"] == [0, 0] and nothing["verdict"].startswith("no measure had enough finite layers")
-    six = change_points({"six": (LAYERS[:6], np.array([0.0, 1.0, 5.0, 6.0, 2.0, 1.0]))})[0]
-    assert six == {"six": [2, 4]}  # 6 layers: the only cut into 3 segments of 2
+def test_every_interval_of_identical_resamples_is_a_point_with_full_support():
+    b = summarise(fits_of(family_profiles(lens=(5, 22), similarity=(6, 23), spectrum=(12, 25))), LAYERS, 3, 2, 12)
+    consensus = [x for x in b["intervals"] if x["family"] == "consensus"]
+    assert [(x["value"], x["ci_lo"], x["ci_hi"], x["support"], x["n"]) for x in consensus] == [
+        (6, 6, 6, 1.0, 2), (23, 23, 23, 1.0, 2)]
+    assert {x["family"] for x in b["intervals"]} == {"lens", "similarity", "spectrum", "consensus"}
 
 
 # -- `layerscope run atlas` on tiny models --
@@ -194,6 +185,73 @@ def test_cross_model_cka_equals_numpy_on_each_models_pooled_vectors(two_models, 
         expected = numpy_cka(pooled[a][:, int(row.layer)], pooled[b][:, int(row.layer_b)])
         assert row.value == pytest.approx(expected, abs=1e-6), (row.layer, row.layer_b)
     assert (rows["n"] == 11).all() and (rows["depth_b"] == rows["layer_b"] / N_LAYERS).all()
+
+
+def hand_debiased_cka(x, y):
+    """Song et al. 2012's unbiased HSIC written out: K~, L~ the Gram matrices with zero diagonals,
+    HSIC = [tr(K~L~) + 1'K~1 1'L~1 / ((n-1)(n-2)) - 2/(n-2) 1'K~L~1] / (n(n-3));
+    CKA = HSIC(K,L) / sqrt(HSIC(K,K) HSIC(L,L))."""
+    def hsic(k, m):
+        n = len(k)
+        k, m = k - np.diag(np.diag(k)), m - np.diag(np.diag(m))
+        one = np.ones(n)
+        return (np.trace(k @ m) + (one @ k @ one) * (one @ m @ one) / ((n - 1) * (n - 2))
+                - 2 / (n - 2) * one @ k @ m @ one) / (n * (n - 3))
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    k, m = x @ x.T, y @ y.T
+    return hsic(k, m) / np.sqrt(hsic(k, k) * hsic(m, m))
+
+
+def test_debiased_cka_rows_equal_the_hand_formula_within_and_across_models(two_models, inputs):
+    _, _, table = two_models
+    _, (a, b), _ = inputs
+    pooled = {spec: atlas_pass(load_model(spec), FILE_TEXTS, progress=False).pooled for spec in (a, b)}
+    rows = table[table["metric"] == "cka_debiased"]
+    own = rows[(rows["model"] == a) & rows["model_b"].isna()]
+    cross = rows[rows["model_b"].notna()]
+    assert len(own) == len(cross) == (N_LAYERS + 1) ** 2
+    for frame, other in ((own, a), (cross, b)):
+        for row in frame.itertuples():
+            expected = hand_debiased_cka(pooled[a][:, int(row.layer)], pooled[other][:, int(row.layer_b)])
+            assert row.value == pytest.approx(expected, rel=1e-6, abs=1e-9), (row.layer, row.layer_b)
+
+
+def test_boundary_rows_name_family_variant_interval_and_support(two_models, inputs):
+    out, result, table = two_models
+    _, models, _ = inputs
+    rows = table[table["metric"] == "boundary"]
+    for model in models:
+        mine = rows[rows["model"] == model]
+        # 7 layers: segments of 3 need 9 points, so min_segment_3 has no rows; without layer 0, 6 points suffice
+        assert set(mine["variant"]) == {"default", "excl_massive", "no_layer0"}
+        default = mine[mine["variant"] == "default"]
+        assert set(default["family"]) <= {"lens", "similarity", "spectrum", "consensus"}
+        assert "consensus" in set(default["family"])
+        assert not default.duplicated(["family", "boundary"]).any()
+        assert ((default["ci_lo"] <= default["value"]) & (default["value"] <= default["ci_hi"])).all()
+        assert ((default["support"] >= 0) & (default["support"] <= 1)).all() and (default["n"] <= 200).all()
+        assert (default["layer"] == default["value"]).all()
+        s = result["summary"]["models"][model]["boundaries"]
+        consensus = default[default["family"] == "consensus"].sort_values("boundary")["value"].astype(int).tolist()
+        assert consensus == s["consensus"]
+    report = (out / "report.md").read_text()
+    for words in ("debiased", "threshold", "100x the median", "Matrix entropy: the authors' convention",
+                  "TwoNN estimator: maximum likelihood", "**Sensitivity.**", "excl_massive", "no_layer0",
+                  "min_segment_3", "[95 % interval]", "Could not be checked (too few layers or no finite profile): "
+                  "min_segment_3"):
+        assert words in report, words
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--boundary-resamples", 5, "--boundary-resamples 5 must be a whole number from 20 to 10000"),
+    ("--entropy-convention", "centred", "--entropy-convention 'centred' is not one of skean, raw"),
+    ("--twonn-estimator", "levina", "--twonn-estimator 'levina' is not one of mle, facco"),
+])
+def test_bad_atlas_settings_are_one_clear_error(tmp_path, inputs, option, value, message):
+    _, models, texts = inputs
+    result = run("--model", models[0], "--texts", texts, option, value, "--out", tmp_path / "out")
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert not (tmp_path / "out").exists()
 
 
 # -- bad input --
@@ -326,8 +384,11 @@ def test_a_serial_sweep_gathers_the_atlas_numbers(tmp_path, inputs):
     for row in summary["tasks"]:
         (s,) = StudyResult.load(tmp_path / "sweep" / row["folder"]).summary["models"].values()
         first, second = s["boundaries"]["consensus"]
+        spans = {b["index"]: b["ci_hi"] - b["ci_lo"] for b in s["boundaries"]["intervals"]
+                 if b["family"] == "consensus"}
         assert row["numbers"] == pytest.approx({
             "boundary_1_depth_pct": 100 * first / N_LAYERS, "boundary_2_depth_pct": 100 * second / N_LAYERS,
+            "boundary_1_ci_width": spans[1], "boundary_2_ci_width": spans[2],
             "l_star": s["l_star"], "twonn_peak_layer": s["twonn_peak_layer"],
             "lens_kl_half_depth_pct": 100 * s["lens_kl_half_layer"] / N_LAYERS})
     table = pd.read_csv(tmp_path / "sweep" / "table.csv")

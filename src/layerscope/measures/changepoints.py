@@ -5,6 +5,7 @@
     fit.segments[0].slope, fit.segments[0].intercept    # segment k's line: intercept + slope * layer
     fit.rss                                     # residual sum of squares of the whole fit
     piecewise_linear_breaks(y, n_breaks=3, min_size=4)
+    many_breaks(ys, n_breaks=2)                 # ys: (R, L) many profiles at once -> (R, 2) breaks, the same fits
 
 Method: the profile y_0 .. y_{L-1} is cut into n_breaks + 1 consecutive segments of at least min_size layers,
 and each segment gets its own least-squares straight line in the layer index (the lines need not meet at the
@@ -74,6 +75,39 @@ def piecewise_linear_breaks(y: np.ndarray, n_breaks: int = 2, min_size: int = 2)
     bounds = [0, *reversed(cuts)]
     segments = tuple(_line(y, a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True))
     return PiecewiseLinearFit(tuple(int(b) for b in bounds[1:-1]), segments, float(best[n_breaks, size]))
+
+
+def many_breaks(ys: np.ndarray, n_breaks: int = 2, min_size: int = 2) -> np.ndarray:
+    """(R, n_breaks) int: the breaks of :func:`piecewise_linear_breaks` for each row of ``ys`` (R, L), by the same
+    exhaustive search vectorised over rows (for bootstrap resamples of one profile). Every entry must be finite."""
+    ys = np.asarray(ys, dtype=np.float64)
+    if ys.ndim != 2 or not np.isfinite(ys).all():
+        raise ValueError(f"ys has shape {ys.shape}; pass a finite 2-D array, one profile per row")
+    n_segments, (rows, size) = n_breaks + 1, ys.shape
+    if n_breaks < 0 or min_size < 2 or size < n_segments * min_size:
+        raise ValueError(f"{size} points cannot be cut into {n_segments} segments of at least {min_size} "
+                         "(min_size >= 2); pass fewer n_breaks or a smaller min_size")
+    cost = np.full((size + 1, size + 1, rows), np.inf)
+    for i in range(size):
+        for j in range(i + min_size, size + 1):
+            x = np.arange(i, j, dtype=np.float64)
+            xc, yc = x - x.mean(), ys[:, i:j] - ys[:, i:j].mean(axis=1, keepdims=True)
+            residuals = yc - (yc @ xc / (xc @ xc))[:, None] * xc
+            cost[i, j] = np.einsum("rk,rk->r", residuals, residuals)
+    best = np.full((n_segments, size + 1, rows), np.inf)
+    start = np.zeros((n_segments, size + 1, rows), dtype=int)
+    best[0] = cost[0]
+    for s in range(1, n_segments):
+        for j in range((s + 1) * min_size, size + 1):
+            for i in range(s * min_size, j - min_size + 1):
+                total = best[s - 1, i] + cost[i, j]
+                better = total < best[s, j]  # strict: ties keep the earliest cut, as the single fit does
+                best[s, j] = np.where(better, total, best[s, j])
+                start[s, j] = np.where(better, i, start[s, j])
+    cuts = [np.full(rows, size)]
+    for s in range(n_segments - 1, 0, -1):
+        cuts.append(start[s, cuts[-1], np.arange(rows)])
+    return np.stack(cuts[:0:-1], axis=1) if n_breaks else np.zeros((rows, 0), dtype=int)
 
 
 def _profile(y: np.ndarray) -> np.ndarray:

@@ -1,14 +1,25 @@
 """Matrix entropy of a prompt's token states ("prompt entropy").
 
-    m = matrix_entropy(z)               # z: (n_tokens, d) one text's states at one layer
+    m = matrix_entropy(z)               # z: (n_tokens, d) one text's states at one layer, the authors' convention
+    m = matrix_entropy(z, "raw")        # the formula on the raw states
     m.entropy, m.normalised_entropy, m.effective_rank
     mean = mean_prompt_entropy(states)  # states: an iterable of (n_tokens, d) arrays, one per text
     mean.entropy, mean.normalised_entropy, mean.effective_rank, mean.n_texts, mean.n_skipped
 
 The alpha = 1 matrix entropy of Skean et al. 2025 ("Layer by Layer: Uncovering Hidden Representations in
-Language Models"): the Gram matrix K = z z^T of the token states (float64, not centred, rows as given), its
-eigenvalues lambda >= 0 normalised to p = lambda / sum(lambda), and S = -sum p log p (natural log, 0 log 0 = 0).
-Low S: the tokens share a few directions (compressed); high S: they spread over many.
+Language Models"): a Gram matrix K of the token states (float64), its eigenvalues lambda >= 0 normalised to
+p = lambda / sum(lambda), and S = -sum p log p (natural log, 0 log 0 = 0). Low S: the tokens share a few
+directions (compressed); high S: they spread over many.
+
+Two conventions for K (``CONVENTIONS``):
+
+- ``"skean"`` (the default): what the authors' released code computes (their ``metric_utils`` in the
+  ``information_flow`` repository): centre the tokens on their mean, scale every row to unit length, K = z z^T
+  (z^T z when there are more tokens than dimensions, N > D), negative entries clamped to 0. Values match the
+  paper's figures; a token equal to the mean has no direction and is an error.
+- ``"raw"``: K = z z^T of the states as given (not centred, not normalised), the paper's formula read literally;
+  layerscope's convention before 0.x. Values differ several-fold from the authors' (one huge outlier dimension
+  dominates raw states), so say which one a number is.
 """
 
 from __future__ import annotations
@@ -43,10 +54,16 @@ class MeanPromptEntropy:
     n_skipped: int
 
 
-def matrix_entropy(z: np.ndarray) -> MatrixEntropy:
-    """The matrix entropy of z (n, d), from the smaller of z z^T (n x n) and z^T z (d x d), which share their
-    nonzero eigenvalues. Negative eigenvalues from rounding, and positive ones below lambda_max max(n, d) eps
-    (numpy's ``matrix_rank`` tolerance), count as 0: round-off adds no tiny p to a rank-deficient z."""
+CONVENTIONS = ("skean", "raw")
+
+
+def matrix_entropy(z: np.ndarray, convention: str = "skean") -> MatrixEntropy:
+    """The matrix entropy of z (n, d) in ``convention`` (module docstring). In the raw convention from the smaller
+    of z z^T (n x n) and z^T z (d x d), which share their nonzero eigenvalues. Negative eigenvalues from rounding,
+    and positive ones below lambda_max max(n, d) eps (numpy's ``matrix_rank`` tolerance), count as 0: round-off
+    adds no tiny p to a rank-deficient z."""
+    if convention not in CONVENTIONS:
+        raise ValueError(f"matrix entropy convention {convention!r}; choose one of {', '.join(CONVENTIONS)}")
     z = np.asarray(z, dtype=np.float64)
     if z.ndim != 2 or 0 in z.shape:
         raise ValueError(f"z has shape {z.shape}; pass a non-empty 2-D array (n tokens, d features)")
@@ -56,7 +73,16 @@ def matrix_entropy(z: np.ndarray) -> MatrixEntropy:
             "model in float32 and check its weights"
         )
     n, d = z.shape
+    if convention == "skean":
+        z = z - z.mean(axis=0)
+        norms = np.linalg.norm(z, axis=1)
+        if not (norms > 0).all():
+            raise ValueError("a token state equals the mean of the tokens, so it has no direction to normalise "
+                             "(two identical tokens in a 2-token text?); use convention='raw' or longer texts")
+        z = z / norms[:, None]
     gram = z @ z.T if n <= d else z.T @ z
+    if convention == "skean":
+        gram = np.clip(gram, 0.0, None)
     eigenvalues = np.linalg.eigvalsh(gram)
     largest = eigenvalues.max()
     if largest <= 0:
@@ -70,7 +96,7 @@ def matrix_entropy(z: np.ndarray) -> MatrixEntropy:
     return MatrixEntropy(entropy, entropy / bound if bound > 0 else 0.0, float(np.exp(entropy)))
 
 
-def mean_prompt_entropy(texts_states: Iterable[np.ndarray]) -> MeanPromptEntropy:
+def mean_prompt_entropy(texts_states: Iterable[np.ndarray], convention: str = "skean") -> MeanPromptEntropy:
     """:func:`matrix_entropy`'s three numbers averaged over texts, each text's (n_tokens, d) states at one layer.
 
     A text with a single token has one eigenvalue and entropy 0 whatever its state, so it says nothing about
@@ -82,7 +108,7 @@ def mean_prompt_entropy(texts_states: Iterable[np.ndarray]) -> MeanPromptEntropy
         if np.ndim(z) == 2 and np.shape(z)[0] == 1:
             skipped += 1
             continue
-        m = matrix_entropy(z)
+        m = matrix_entropy(z, convention)
         sums += (m.entropy, m.normalised_entropy, m.effective_rank)
         used += 1
     if used == 0:

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 from ...data.texts import MIN_TEXTS, load_texts
 from ...engine.atlas import atlas_pass
+from ...engine.atlas_sums import CONVENTIONS
+from ...errors import short
+from ...measures.intrinsic import ESTIMATORS
 from ..base import Study
 from ..config import StudyConfig
 from ..manifest import add_timings, manifest, model_entry
@@ -31,6 +34,9 @@ from .report import headline_line
 from .report import report as write_report
 from .summary import AtlasModel, AtlasSummary
 
+MIN_RESAMPLES, MAX_RESAMPLES = 20, 10_000
+"""Bounds of ``--boundary-resamples``: fewer cannot give a 95 % interval; more multiplies the analysis time."""
+
 
 @dataclass(frozen=True)
 class AtlasSettings(Settings):
@@ -40,6 +46,13 @@ class AtlasSettings(Settings):
     layers: str | list[int] | None = setting(f"{LAYERS_HELP} Default: all (seed with --compat seed).")
     max_tokens: int | None = setting("Measure only the first texts that fit in this many tokens together "
                                      "(default: every text).")
+    boundary_resamples: int = setting("Bootstrap resamples of the texts behind each phase boundary's interval and "
+                                      f"support (at least {MIN_RESAMPLES}, at most {MAX_RESAMPLES}).", default=200)
+    entropy_convention: str = setting("Matrix entropy convention: 'skean' (the authors' released code: tokens "
+                                      "centred, rows unit length, Gram clamped at 0) or 'raw' (the formula on the "
+                                      "raw states).", default="skean")
+    twonn_estimator: str = setting("TwoNN estimator: 'mle' (maximum likelihood) or 'facco' (Facco et al.'s "
+                                   "regression, the largest 10 % of ratios discarded).", default="mle")
 
     def __post_init__(self):
         super().__post_init__()
@@ -48,6 +61,14 @@ class AtlasSettings(Settings):
                                             or self.max_tokens < 2):
             raise ConfigError(f"--max-tokens {self.max_tokens} must be a whole number of at least 2 (a covariance "
                               "needs 2 token states); leave it out to measure every text")
+        r = self.boundary_resamples
+        if isinstance(r, bool) or not isinstance(r, int) or not MIN_RESAMPLES <= r <= MAX_RESAMPLES:
+            raise ConfigError(f"--boundary-resamples {r!r} must be a whole number from {MIN_RESAMPLES} to "
+                              f"{MAX_RESAMPLES} (each resample refits every measure's boundaries); 200 is the default")
+        for option, value, allowed in (("--entropy-convention", self.entropy_convention, CONVENTIONS),
+                                       ("--twonn-estimator", self.twonn_estimator, ESTIMATORS)):
+            if value not in allowed:
+                raise ConfigError(f"{option} {short(str(value))} is not one of {', '.join(allowed)}")
 
     @by_compat
     def layer_spec(self, compat: str | None) -> str:
@@ -77,7 +98,8 @@ class Atlas(Study):
         for run in each_model(config, timings):
             layers = select_layers(config.layer_spec, run.info.n_layers, run.info.name)
             measured = atlas_pass(run.lm, texts.texts, layers=layers, batch_size=config.batch_size,
-                                  max_length=config.max_length, max_tokens=config.max_tokens)
+                                  max_length=config.max_length, max_tokens=config.max_tokens,
+                                  convention=config.entropy_convention)
             run.mark("pass_s")
             if measured.n_texts < MIN_TEXTS:
                 raise ConfigError(f"--max-tokens {config.max_tokens} keeps {measured.n_texts} text(s) of "
@@ -85,7 +107,8 @@ class Atlas(Study):
                                   "a second neighbour): raise --max-tokens")
             add_timings(timings, **{f"pass_{key}": seconds for key, seconds in measured.seconds.items()})
             info = run.release()
-            summary, model_rows = analyse_pass(info.name, measured, seed=config.seed)
+            summary, model_rows = analyse_pass(info.name, measured, seed=config.seed,
+                                               n_resamples=config.boundary_resamples, twonn=config.twonn_estimator)
             summaries[info.name] = summary
             rows += model_rows
             pooled[info.name] = (info.n_layers, measured.layers, measured.pooled)
@@ -107,16 +130,20 @@ class Atlas(Study):
     report = staticmethod(write_report)
 
     def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
-        """The consensus phase boundaries (% depth), the anisotropy L*, the layer of peak TwoNN dimension and the
-        logit lens's KL half-way layer (% depth)."""
+        """The consensus phase boundaries (% depth) and their interval widths (layers), the anisotropy L*, the layer
+        of peak TwoNN dimension and the logit lens's KL half-way layer (% depth)."""
         s: AtlasModel = result.summary["models"][model]
         n = s["n_layers"]
         first, second = s["boundaries"]["consensus"] or (float("nan"), float("nan"))
+        widths = {b["index"]: b["ci_hi"] - b["ci_lo"] for b in s["boundaries"]["intervals"]
+                  if b["family"] == "consensus"}
         return {"boundary_1_depth_pct": 100 * first / n, "boundary_2_depth_pct": 100 * second / n,
+                "boundary_1_ci_width": widths.get(1, float("nan")), "boundary_2_ci_width": widths.get(2, float("nan")),
                 "l_star": s["l_star"], "twonn_peak_layer": s["twonn_peak_layer"],
                 "lens_kl_half_depth_pct": 100 * s["lens_kl_half_layer"] / n}
 
     def headline(self, result: StudyResult) -> list[str]:
-        """One line per model: where the measures put the phase boundaries and whether the thirds and L* agree."""
+        """One line per model: the phase boundaries with their intervals, which are fragile, and the distances to the
+        thirds and to L*."""
         summary: AtlasSummary = result.summary
         return [headline_line(model, s) for model, s in summary["models"].items()]

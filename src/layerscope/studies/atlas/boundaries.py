@@ -1,72 +1,89 @@
-"""Phase boundaries from independent measures, beside the phases study's thirds and the anisotropy L*.
+"""The atlas's phase boundaries: one vote per family of measures, bootstrap intervals, and the checks that move them.
 
-    b = boundaries({"lens_kl": kl, "twonn_id": ids, ...}, layers, l_star=12, n_layers=30)
-    b["consensus"], b["thirds"], b["agree"], b["verdict"]
+    b, rows = atlas_boundaries("smollm2-135m", p, n_resamples=200, seed=42, l_star=12)     # p: an AtlasPass
+    b["consensus"], b["intervals"], b["fragile"], b["variants"]["excl_massive"]["consensus"]
 
-Each profile over the measured layers gets a piecewise-linear fit with 2 breakpoints
-(:func:`layerscope.measures.changepoints.piecewise_linear_breaks`, exact least squares, segments of at least 2 layers);
-its breaks are the first layers of the 2nd and 3rd segments. The consensus is the median over measures of the
-first break and of the second. A boundary agrees with the thirds' when it lies within ``tolerance`` =
-max(1, round(0.1 n_layers)) layers of it. This is a description, not a test: no p-value is claimed.
+Each profile over depth gets a 2-break piecewise-linear fit (:mod:`layerscope.measures.boundaries`). Measures that
+react to the same thing form a family and vote once (``FAMILIES``): the logit lens; consecutive-layer similarity
+(block influence and angular distance are both a cosine between consecutive layers, CKA-next its dataset-level
+cousin, debiased); the spectrum and norm measures, which the position-0 sink's one huge dimension drives together.
+The texts are resampled with replacement (``n_resamples``, seeded) and every measure recomputed from the pass's
+per-text sums, giving each boundary an interval and a support. The same fit runs in ``VARIANTS``: without position
+0 and the massive tokens, without layer 0 (the embeddings), and with segments of at least 3 layers. A consensus
+boundary that moves by more than the tolerance under one of them is fragile. The comparison with L* (made from
+the covariance top-1 share) uses only the families without that measure. Descriptive: no p-value is claimed.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ...measures.changepoints import piecewise_linear_breaks, thirds
+from ...engine.atlas import AtlasPass
+from ...measures.boundaries import CONSENSUS, BoundaryFit, bootstrap_boundaries, lower_median
+from ...measures.changepoints import thirds
+from ..result import layer_row
+from .resample import draw_weights, resampled_profiles
 from .summary import Boundaries
 
-N_BREAKS, MIN_SIZE = 2, 2
+FAMILIES = {"lens": ("lens_kl", "lens_top1_agree"),
+            "similarity": ("block_influence", "angular_distance", "cka_next"),
+            "spectrum": ("norm", "massive_ratio", "top1_ratio", "prompt_entropy", "dataset_entropy", "twonn_id")}
+"""Which measures vote together: those driven by one event count once."""
+
+VARIANTS = {"default": "every token, layers 0 to L, segments of at least 2 layers",
+            "excl_massive": "without position 0 and the massive tokens",
+            "no_layer0": "without layer 0 (the embeddings)",
+            "min_segment_3": "segments of at least 3 layers"}
+
+L_STAR_MEASURE = "top1_ratio"
+N_BREAKS, LEVEL = 2, 0.95
 
 
 def tolerance(n_layers: int) -> int:
+    """Layers within which two boundaries count as the same: max(1, round(0.1 n_layers))."""
     return max(1, round(0.1 * n_layers))
 
 
-def change_points(profiles: dict[str, tuple[list[int], np.ndarray]]) -> tuple[dict[str, list[int]], dict[str, str]]:
-    """``found, skipped = change_points({name: (layers, values)})``: each finite profile's 2 breaks as layers."""
-    found, skipped = {}, {}
-    for name, (layers, values) in profiles.items():
-        values = np.asarray(values, dtype=np.float64)
-        if not np.isfinite(values).all():
-            skipped[name] = "a value is not finite"
-        elif len(values) < (N_BREAKS + 1) * MIN_SIZE:
-            skipped[name] = f"{len(values)} layers, fewer than {(N_BREAKS + 1) * MIN_SIZE} for 3 segments of 2"
-        else:
-            fit = piecewise_linear_breaks(values, n_breaks=N_BREAKS, min_size=MIN_SIZE)
-            found[name] = [int(layers[b]) for b in fit.breaks]
-    return found, skipped
+def atlas_boundaries(model: str, p: AtlasPass, n_resamples: int, seed: int, l_star: int,
+                     twonn: str = "mle") -> tuple[Boundaries, list[dict]]:
+    """The boundaries of every variant with intervals, their summary and their ``boundary`` table rows."""
+    tol = tolerance(p.n_layers)
+    weights = draw_weights(p.n_texts, n_resamples, seed)
+    every = resampled_profiles(p, weights, 0, twonn, seed)
+    kept = resampled_profiles(p, weights, 1, twonn, seed)
+    fits = {"default": bootstrap_boundaries(every, FAMILIES, tol, N_BREAKS, 2, LEVEL),
+            "excl_massive": bootstrap_boundaries(kept, FAMILIES, tol, N_BREAKS, 2, LEVEL),
+            "no_layer0": bootstrap_boundaries(every, FAMILIES, tol, N_BREAKS, 2, LEVEL, drop_first=True),
+            "min_segment_3": bootstrap_boundaries(every, FAMILIES, tol, N_BREAKS, 3, LEVEL)}
+    rows = [layer_row(model, b.value, p.n_layers, "boundary", float(b.value), n=b.n, ci_lo=b.ci_lo, ci_hi=b.ci_hi,
+                      family=b.family, variant=variant, support=b.support, boundary=b.index)
+            for variant, fit in fits.items() for b in fit.intervals]
+    return summarise(fits, p.layers, tol, n_resamples, l_star), rows
 
 
-def boundaries(profiles: dict[str, tuple[list[int], np.ndarray]], layers: list[int], l_star: int,
-               n_layers: int) -> Boundaries:
-    """The change points of every profile, their consensus, and how they compare with the thirds of ``layers``
-    and with ``l_star`` (module docstring)."""
-    found, skipped = change_points(profiles)
+def summarise(fits: dict[str, BoundaryFit], layers: list[int], tol: int, n_resamples: int,
+              l_star: int) -> Boundaries:
+    """The summary of :func:`atlas_boundaries`' fits (see :class:`~.summary.Boundaries`)."""
+    main = fits["default"]
+    consensus = main.consensus
+    moved = [{v: (None if f.consensus is None else f.consensus[k] - consensus[k]) for v, f in fits.items()
+              if v != "default"} for k in range(N_BREAKS)] if consensus else []
+    fragile = [any(m is not None and abs(m) > tol for m in shifts.values()) for shifts in moved]
+    massive = [f for f, breaks in main.families.items() if f in fits["excl_massive"].families
+               and any(abs(a - b) > tol for a, b in zip(breaks, fits["excl_massive"].families[f], strict=True))]
     split = thirds(layers)
     marks = [split["mid"][0] if split["mid"] else layers[-1], split["late"][0]]
-    tol = tolerance(n_layers)
-    support = [sum(any(abs(b - mark) <= tol for b in breaks) for breaks in found.values()) for mark in marks]
-    consensus = agree = near = None
-    if found:
-        consensus = [int(np.floor(np.median([breaks[k] for breaks in found.values()]))) for k in range(N_BREAKS)]
-        agree = [abs(c - mark) <= tol for c, mark in zip(consensus, marks, strict=True)]
-        near = min(abs(l_star - c) for c in consensus) <= tol
-    return {"per_metric": found, "skipped": skipped, "consensus": consensus, "thirds": marks, "tolerance": tol,
-            "agree": agree, "support": support, "l_star_near": near,
-            "verdict": verdict(consensus, marks, agree, support, len(found), tol, l_star, near)}
-
-
-def verdict(consensus: list[int] | None, marks: list[int], agree: list[bool] | None, support: list[int],
-            n_measures: int, tol: int, l_star: int, near: bool | None) -> str:
-    """The comparison in a sentence a researcher can quote (it names the layers and the tolerance)."""
-    if consensus is None:
-        return "no measure had enough finite layers for change points; nothing to compare with the thirds"
-    which = {(True, True): "agree with both", (True, False): "agree with the early/mid boundary only",
-             (False, True): "agree with the mid/late boundary only", (False, False): "agree with neither"}
-    star = "near" if near else "not near"
-    return (f"the measures' change points (median over {n_measures}: layers {consensus[0]} and {consensus[1]}) "
-            f"{which[tuple(agree)]} of the phases study's thirds (layers {marks[0]} and {marks[1]}) within "
-            f"{tol} layer{'s' if tol > 1 else ''}; {support[0]} and {support[1]} of {n_measures} measures have a "
-            f"change point that close to each; the anisotropy L* = {l_star} is {star} a consensus change point")
+    others = [main.families[f] for f in FAMILIES if L_STAR_MEASURE not in FAMILIES[f] and f in main.families]
+    without = [int(x) for x in lower_median(np.array(others))] if others else None
+    return {"families": {f: list(m) for f, m in FAMILIES.items()}, "per_metric": main.measures,
+            "per_family": main.families, "skipped": main.skipped, "consensus": consensus,
+            "intervals": [b.__dict__ for b in main.intervals],
+            "variants": {v: {"consensus": f.consensus, "per_family": f.families,
+                             "intervals": [b.__dict__ for b in f.intervals if b.family == CONSENSUS]}
+                         for v, f in fits.items() if v != "default"},
+            "moved": moved, "fragile": fragile, "massive_driven": massive, "tolerance": tol,
+            "n_resamples": n_resamples, "thirds": marks,
+            "thirds_distance": [abs(c - m) for c, m in zip(consensus, marks, strict=True)] if consensus else None,
+            "l_star": int(l_star), "l_star_families": [f for f in FAMILIES if L_STAR_MEASURE not in FAMILIES[f]],
+            "l_star_consensus": without,
+            "l_star_distance": min(abs(l_star - b) for b in without) if without else None}

@@ -3,8 +3,9 @@
     figs = figures(result)   # {"atlas_profiles": Figure, "cka_<model>": Figure, "cka_<a>_vs_<b>": Figure,
                              #  "massive_map_<model>": Figure}
 
-The profile panel draws every model on normalised depth (layer / n_layers); each model's consensus change points
-are solid vertical lines in its colour, the phases study's thirds dashed grey, the anisotropy L* dotted.
+The profile panel draws every model on normalised depth (layer / n_layers). In each panel and each model's colour:
+that measure's own change points thin, the consensus boundaries thick with their 95 % bootstrap intervals shaded,
+the anisotropy L* dotted; the phases study's thirds dashed grey.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from ...engine.massive_profile import CLASSES
 from ...report.plotting import figure, figure_slug
 from ..result import StudyResult
 from .summary import AtlasSummary
+
+BREAKS_OF = {"prompt_entropy_normalised": "prompt_entropy", "dataset_entropy_normalised": "dataset_entropy"}
+"""The boundary measure a panel's metric is (the others by the same name; lens_ce and lens_entropy have none)."""
 
 PANELS = [("lens_ce", "Logit lens: cross-entropy (nats)", False), ("lens_kl", "Logit lens: KL(final || lens)", True),
           ("lens_top1_agree", "Logit lens: top-1 agreement", False), ("lens_entropy", "Logit lens: entropy", False),
@@ -67,8 +71,7 @@ def profiles(table: pd.DataFrame, summary: AtlasSummary, colors: dict) -> Figure
                 extra = extra.sort_values("layer")
                 ax.plot(extra["layer"] / n, extra["value"], "--", color=colors[model], alpha=0.7,
                         label=f"{model}, without massive tokens")
-            for b in s["boundaries"]["consensus"] or []:
-                ax.axvline(b / n, color=colors[model], linewidth=1.5, alpha=0.8)
+            marks(ax, s, BREAKS_OF.get(metric, metric), colors[model])
             for b in s["boundaries"]["thirds"]:
                 ax.axvline(b / n, color="grey", linestyle="--", linewidth=1)
             ax.axvline(s["l_star"] / n, color=colors[model], linestyle=":", linewidth=1.5)
@@ -78,9 +81,21 @@ def profiles(table: pd.DataFrame, summary: AtlasSummary, colors: dict) -> Figure
         ax.set_xlabel("Depth (layer / n_layers)")
         ax.grid(True, alpha=0.3)
     axes[0, 0].legend(fontsize=8)
-    fig.suptitle("Layer atlas: solid lines, the measures' change points; dashed grey, the phases study's thirds; "
-                 "dotted, the anisotropy L*", fontsize=14, fontweight="bold")
+    fig.suptitle("Layer atlas: thick lines and shading, the consensus boundaries and their 95 % intervals; thin, "
+                 "the panel's own change points; dashed grey, the phases study's thirds; dotted, the anisotropy L*",
+                 fontsize=13, fontweight="bold")
     return fig
+
+
+def marks(ax, s: dict, measure: str, color) -> None:
+    """The measure's own breaks (thin), the consensus (thick) and its intervals (shaded), on depth."""
+    n, b = s["n_layers"], s["boundaries"]
+    for layer in b["per_metric"].get(measure, []):
+        ax.axvline(layer / n, color=color, linewidth=0.8, alpha=0.9)
+    for x in b["intervals"]:
+        if x["family"] == "consensus":
+            ax.axvspan(x["ci_lo"] / n - 0.5 / n, x["ci_hi"] / n + 0.5 / n, color=color, alpha=0.12, linewidth=0)
+            ax.axvline(x["value"] / n, color=color, linewidth=2.5, alpha=0.8)
 
 
 def heatmap(rows: pd.DataFrame, model: str, model_b: str) -> Figure:

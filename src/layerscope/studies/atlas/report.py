@@ -1,5 +1,6 @@
-"""Atlas report: where the independent measures put the phase boundaries, whether they agree with the phases
-study's thirds and the anisotropy L*, the landmarks of each measure, and the cross-model CKA.
+"""Atlas report: where the measures put the phase boundaries, with bootstrap intervals, one vote per family of
+measures, the checks that move them, the distances to the phases study's thirds and to the anisotropy L*, the
+conventions each number follows, the landmarks of each measure, and the cross-model CKA.
 
     text = report(result)
     headline_line("smollm2-135m", result.summary["models"]["smollm2-135m"])
@@ -9,14 +10,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...report.markdown import md_table, number
+from ...report.markdown import md_table, md_text, number
 from ..result import StudyResult
-from .analysis import BOUNDARY_METRICS
-from .summary import AtlasModel, AtlasSummary
+from .boundaries import FAMILIES, VARIANTS
+from .summary import AtlasModel, AtlasSummary, Boundaries
 
 NAMES = {"lens_kl": "logit-lens KL", "lens_top1_agree": "logit-lens top-1 agreement",
          "block_influence": "block influence", "angular_distance": "angular distance",
-         "cka_next": "CKA with the next layer", "twonn_id": "TwoNN dimension", "prompt_entropy": "prompt entropy",
+         "cka_next": "debiased CKA with the next layer", "twonn_id": "TwoNN dimension",
+         "prompt_entropy": "prompt entropy",
          "dataset_entropy": "dataset entropy", "massive_ratio": "massive ratio (log)", "norm": "norm (log)",
          "top1_ratio": "covariance top-1 share"}
 
@@ -24,54 +26,80 @@ LANDMARKS = ["lens_ce", "lens_kl", "lens_top1_agree", "block_influence", "angula
              "prompt_entropy_normalised", "dataset_entropy_normalised", "massive_ratio", "norm", "top1_ratio"]
 
 
+def _span(b: dict) -> str:
+    return f"{b['value']} [{b['ci_lo']}-{b['ci_hi']}]"
+
+
 def headline_line(model: str, s: AtlasModel) -> str:
     b = s["boundaries"]
     if b["consensus"] is None:
-        return f"{model}: {b['verdict']}"
-    return (f"{model} ({s['n_layers']} layers): change points at layers {b['consensus'][0]} and {b['consensus'][1]} "
-            f"(thirds: {b['thirds'][0]}, {b['thirds'][1]}; within {b['tolerance']}: "
-            f"{'yes' if b['agree'][0] else 'no'}, {'yes' if b['agree'][1] else 'no'}); anisotropy L* = {s['l_star']}"
-            f" ({'near' if b['l_star_near'] else 'not near'} a change point)")
+        return f"{model}: no family of measures had enough finite layers for phase boundaries"
+    spans = {x["index"]: x for x in b["intervals"] if x["family"] == "consensus"}
+    parts = [f"{_span(spans[k + 1])}{' (fragile)' if b['fragile'][k] else ''}" for k in range(2)]
+    star = (f"L* = {b['l_star']}, {b['l_star_distance']} layer(s) from the {'+'.join(b['l_star_families'])} "
+            f"boundaries {b['l_star_consensus'][0]}, {b['l_star_consensus'][1]}") if b["l_star_consensus"] else \
+        f"L* = {b['l_star']}"
+    return (f"{model} ({s['n_layers']} layers): phase boundaries at layers {parts[0]} and {parts[1]} (95 % "
+            f"bootstrap intervals, {b['n_resamples']} resamples, one vote per family); thirds at "
+            f"{b['thirds'][0]}, {b['thirds'][1]} ({b['thirds_distance'][0]} and {b['thirds_distance'][1]} layers "
+            f"away); {star}")
 
 
 def report(result: StudyResult) -> str:
     summary: AtlasSummary = result.summary
     out = ["# Layer atlas: the field's per-layer measures, and where they put the phase boundaries", "",
            "One streamed pass per model measures, per layer: the logit lens (nostalgebraist 2020), block influence "
-           "(Men et al. 2024, ShortGPT), angular distance (Gromov et al. 2024), linear CKA (Kornblith et al. 2019), "
-           "TwoNN intrinsic dimension (Facco et al. 2017), prompt and dataset matrix entropy (Skean et al. 2025), "
-           "massive activations (Sun et al. 2024), the residual norm and the covariance top-1 share (the anisotropy "
-           "study's measure). Layer n_layers is the last block's output before the final norm for every measure "
-           "but the lens, whose last layer is the model's own prediction. Change points: a least-squares "
-           "piecewise-linear fit with 2 breaks of each profile; their median is the consensus. This comparison is "
-           "descriptive: no p-value is claimed.", ""]
+           "(Men et al. 2024, ShortGPT), angular distance (Gromov et al. 2024), linear and debiased CKA (Kornblith "
+           "et al. 2019; Song et al. 2012's unbiased HSIC as in Nguyen et al. 2021), TwoNN intrinsic dimension "
+           "(Facco et al. 2017), prompt and dataset matrix entropy (Skean et al. 2025), massive activations (Sun "
+           "et al. 2024), the residual norm and the covariance top-1 share (the anisotropy study's measure). Layer "
+           "n_layers is the last block's output before the final norm for every measure but the lens, whose last "
+           "layer is the model's own prediction.", "",
+           "**Boundaries.** Each profile gets a least-squares piecewise-linear fit with 2 breaks. Measures driven "
+           "by the same thing vote once, as a family (the lower median of its measures' breaks): "
+           + "; ".join(f"{f}: {', '.join(NAMES[m] for m in ms)}" for f, ms in FAMILIES.items())
+           + ". The consensus is the lower median over families. Each boundary's interval is the 95 % percentile "
+           "interval over resamples of the texts (drawn with replacement, every measure recomputed, seeded), and "
+           "its support the fraction of resamples with a break within the tolerance. A boundary that moves by "
+           "more than the tolerance under one of the checks (without position 0 and the massive tokens, without "
+           "layer 0, segments of at least 3 layers) is called fragile. All comparisons below are descriptive: no "
+           "p-value is claimed.", ""]
     for model, s in summary["models"].items():
         out += model_section(result.table, model, s)
     if summary["cross_model"]:
         out += cross_section(result.table)
     seconds = result.manifest.get("timings", {})
-    out += ["## Timings", "", ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()), ""]
+    out += ["## Timings", "", ", ".join(f"{md_text(k)} {v:.1f} s" for k, v in seconds.items()), ""]
     return "\n".join(out)
 
 
 def model_section(table: pd.DataFrame, model: str, s: AtlasModel) -> list[str]:
     b = s["boundaries"]
-    out = [f"## {model} ({s['n_layers']} layers; {s['n_texts']} texts, {s['n_tokens']} tokens, "
-           f"{s['n_scored']} scored)", "", f"**Phase boundaries.** {b['verdict'][0].upper()}{b['verdict'][1:]}.", ""]
-    rows = [[NAMES[m], *(b["per_metric"][m] if m in b["per_metric"] else ["-", "-"]),
-             b["skipped"].get(m, "")] for m in BOUNDARY_METRICS if m in b["per_metric"] or m in b["skipped"]]
-    out += [md_table(["measure", "1st change point", "2nd change point", "note"], rows), ""]
-    no_massive = s["boundaries_no_massive"].get("block_influence")
-    if no_massive:
-        out += [f"Without the {s['massive_tokens']} massive-activation tokens, block influence changes course at "
-                f"layers {no_massive[0]} and {no_massive[1]} (with them: "
-                f"{', '.join(map(str, b['per_metric'].get('block_influence', ['-', '-'])))}).", ""]
+    out = [f"## {md_text(model)} ({s['n_layers']} layers; {s['n_texts']} texts, {s['n_tokens']} tokens, "
+           f"{s['n_scored']} scored)", ""]
+    if b["consensus"] is None:
+        return [*out, "No family of measures had enough finite layers for phase boundaries.", ""]
+    out += [f"**Phase boundaries.** {boundary_sentence(b)}", "", conventions_line(s), ""]
+    rows = [[x["family"], x["index"], _span(x), number(x["support"], 2)] for x in b["intervals"]]
+    out += [md_table(["family", "boundary", "layer [95 % interval]", "support"], rows), ""]
+    out += ["**Sensitivity.** The consensus boundaries under each check, and how far each moves:", ""]
+    sens = [["default", VARIANTS["default"], *(str(c) for c in b["consensus"])]]
+    for v, variant in b["variants"].items():
+        c, moved = variant["consensus"], [m[v] for m in b["moved"]]
+        sens.append([v, VARIANTS[v], *("not fitted" if c is None else f"{c[k]} ({moved[k]:+d})" for k in range(2))])
+    out += [md_table(["variant", "what changes", "1st boundary", "2nd boundary"], sens), ""]
+    out += [fragility_sentence(b), ""]
+    family_of = {m: f for f, ms in b["families"].items() for m in ms}
+    rows = [[NAMES[m], family_of.get(m, ""), *(b["per_metric"][m] if m in b["per_metric"] else ["-", "-"]),
+             md_text(b["skipped"].get(m, ""))] for m in NAMES if m in b["per_metric"] or m in b["skipped"]]
+    out += [md_table(["measure", "family", "1st change point", "2nd change point", "note"], rows), ""]
     onset = s["massive_onset_layer"]
+    threshold = s["conventions"]["massive_threshold"]
     out += [f"**Landmarks.** The logit lens's KL to the final layer falls below half its layer-0 value at layer "
             f"{s['lens_kl_half_layer']}; the TwoNN dimension peaks at layer {s['twonn_peak_layer']}; the most "
             f"influential blocks are {', '.join(map(str, s['most_influential']))}; massive activations (median "
-            f"top/median ratio > 100) " + (f"start at layer {onset}" if onset is not None else "never appear") + ".",
-            ""]
+            f"top/median ratio > {threshold:g}) " + (f"start at layer {onset}" if onset is not None else
+                                                      "never appear") + ".", ""]
     rows = table[(table["model"] == model) & table["metric"].isin(LANDMARKS)]
     if "tokens" in rows:
         rows = rows[rows["tokens"].isna() | (rows["tokens"] == "all")]
@@ -83,13 +111,68 @@ def model_section(table: pd.DataFrame, model: str, s: AtlasModel) -> list[str]:
     return out
 
 
+def boundary_sentence(b: Boundaries) -> str:
+    spans = {x["index"]: x for x in b["intervals"] if x["family"] == "consensus"}
+    first, second = spans[1], spans[2]
+    star = ("" if not b["l_star_consensus"] else
+            f" The anisotropy L* = {b['l_star']} is compared only with the families that do not contain the "
+            f"covariance top-1 share it is made from ({' and '.join(b['l_star_families'])}, boundaries at layers "
+            f"{b['l_star_consensus'][0]} and {b['l_star_consensus'][1]}): {b['l_star_distance']} layer(s) from the "
+            "nearer.")
+    return (f"The consensus puts the boundaries at layer {_span(first)} (support {number(first['support'], 2)}) "
+            f"and layer {_span(second)} (support {number(second['support'], 2)}), from {b['n_resamples']} "
+            f"resamples; tolerance {b['tolerance']} layer(s). The phases study's thirds start at layers "
+            f"{b['thirds'][0]} and {b['thirds'][1]}: {b['thirds_distance'][0]} and {b['thirds_distance'][1]} "
+            f"layers from the boundaries.{star}")
+
+
+def fragility_sentence(b: Boundaries) -> str:
+    words = []
+    for k, shifts in enumerate(b["moved"]):
+        name = ("first", "second")[k]
+        far = {v: m for v, m in shifts.items() if m is not None and abs(m) > b["tolerance"]}
+        if far:
+            moves = ", ".join(f"moves by {m:+d} layers {VARIANTS[v]}" for v, m in far.items())
+            words.append(f"The {name} boundary is fragile: it {moves}; read it as a property of these settings, "
+                         "not as a phase.")
+        else:
+            words.append(f"The {name} boundary stays within {b['tolerance']} layer(s) under every check that "
+                         "could run.")
+    unfit = [v for v in b["variants"] if b["variants"][v]["consensus"] is None]
+    if unfit:
+        words.append(f"Could not be checked (too few layers or no finite profile): {', '.join(unfit)}.")
+    massive = b["massive_driven"]
+    words.append(f"Families whose boundaries move by more than the tolerance without position 0 and the massive "
+                 f"tokens (dominated by them): {', '.join(massive)}." if massive else
+                 "No family's boundaries move by more than the tolerance without position 0 and the massive tokens.")
+    return " ".join(words)
+
+
+def conventions_line(s: AtlasModel) -> str:
+    c = s["conventions"]
+    entropy = ("the authors' convention (Skean et al. 2025's released code: each prompt's tokens centred, rows "
+               "scaled to unit length, negative Gram entries clamped to 0)" if c["entropy"] == "skean" else
+               "the raw convention (the formula on the raw token states; not comparable with the paper's figures)")
+    twonn = ("maximum likelihood (N / sum log mu)" if c["twonn"] == "mle" else
+             "Facco et al.'s regression with the largest 10 % of ratios discarded")
+    n = min(s["n_texts"], 1000)
+    return (f"**Conventions.** The boundaries use the debiased CKA (unbiased HSIC): two independent random "
+            f"clouds of {n} points in this model's width score {number(c['random_cka_linear'])} by linear CKA and "
+            f"{number(c['random_cka_debiased'])} debiased, so linear CKA values near the former say nothing. "
+            f"Matrix entropy: {entropy}. TwoNN estimator: {twonn}. Massive activations: a layer's threshold is "
+            f"{c['massive_threshold']:g}x the median |activation| of the text (Sun et al. 2024 use about 1000x). "
+            "The resampled covariance top-1 share is a Rayleigh-Ritz value on the 16 leading directions (a lower "
+            "bound); the full-data value is exact.")
+
+
 def cross_section(table: pd.DataFrame) -> list[str]:
     """For each pair of models: each layer of the first and the layer of the second it is most similar to."""
-    out = ["## Across models (linear CKA on the same texts)", ""]
+    out = ["## Across models (linear CKA on the same texts; the table has the debiased values too)", ""]
     cross = table[(table["metric"] == "cka") & table["model_b"].notna()]
     for (a, b), rows in cross.groupby(["model", "model_b"], sort=False):
         best = rows.loc[rows.groupby("layer")["value"].idxmax()]
-        out += [f"### {a} vs {b}", "", md_table([f"{a} layer", f"most similar {b} layer", "CKA"],
+        out += [f"### {md_text(a)} vs {md_text(b)}", "", md_table([f"{md_text(a)} layer",
+                                                                   f"most similar {md_text(b)} layer", "CKA"],
                                                 [[int(r.layer), int(r.layer_b), number(r.value)]
                                                  for r in best.itertuples()]), ""]
     return out

@@ -1,8 +1,9 @@
 """What the atlas study's summary holds (``result.summary``), as typed dicts.
 
     s: AtlasModel = result.summary["models"]["smollm2-135m"]
-    s["boundaries"]["consensus"]        # [7, 19]: the median first and second change point over the measures
-    s["boundaries"]["per_metric"]["lens_kl"]    # [6, 20]
+    s["boundaries"]["consensus"]        # [3, 12]: the lower median over families of the first and second boundary
+    s["boundaries"]["per_family"]["lens"]       # [2, 20]
+    s["boundaries"]["intervals"]                # each with ci_lo, ci_hi, support
 """
 
 from __future__ import annotations
@@ -10,25 +11,66 @@ from __future__ import annotations
 from typing import TypedDict
 
 
+class Interval(TypedDict):
+    family: str
+    """A family's name (``lens``, ``similarity``, ``spectrum``) or ``consensus``."""
+    index: int
+    """1 or 2: the first or second boundary."""
+    value: int
+    """The boundary layer on the full data."""
+    ci_lo: int
+    ci_hi: int
+    """Its 95 % bootstrap interval over resampled texts (layers)."""
+    support: float
+    """The fraction of resamples with a break of that family within the tolerance of ``value``."""
+    n: int
+    """Resamples in which it was defined."""
+
+
+class Variant(TypedDict):
+    consensus: list[int] | None
+    per_family: dict[str, list[int]]
+    intervals: list[Interval]
+    """The consensus boundaries' intervals under this variant."""
+
+
 class Boundaries(TypedDict):
+    families: dict[str, list[str]]
+    """Which measures vote together (one vote per family)."""
     per_metric: dict[str, list[int]]
     """Each measure's two change points (layers; the first layer of the new segment)."""
+    per_family: dict[str, list[int]]
+    """Each family's two boundaries: the lower median over its measures."""
     skipped: dict[str, str]
     """Measures with no change points, and why (too few layers, not finite)."""
     consensus: list[int] | None
-    """The median over measures of the first and of the second change point (rounded down to a measured layer)."""
-    thirds: list[int]
-    """The phases study's split of the same layers: the first mid layer and the first late layer."""
+    """The lower median over families of the first and of the second boundary."""
+    intervals: list[Interval]
+    """Every family's and the consensus's boundaries with bootstrap intervals and support (default variant)."""
+    variants: dict[str, Variant]
+    """The same fit without position 0 and massive tokens (``excl_massive``), without layer 0 (``no_layer0``) and
+    with segments of at least 3 layers (``min_segment_3``)."""
+    moved: list[dict[str, int | None]]
+    """Per consensus boundary: how far each variant moves it (layers; None: the variant could not be fitted, e.g.
+    too few layers for segments of 3)."""
+    fragile: list[bool]
+    """Per consensus boundary: whether a variant moves it by more than ``tolerance``."""
+    massive_driven: list[str]
+    """Families whose boundaries move by more than ``tolerance`` without position 0 and the massive tokens."""
     tolerance: int
     """Layers within which two boundaries count as the same: max(1, round(0.1 n_layers))."""
-    agree: list[bool] | None
-    """Whether each consensus change point lies within ``tolerance`` of the thirds' boundary."""
-    support: list[int]
-    """For each thirds boundary, how many measures put a change point within ``tolerance`` of it."""
-    l_star_near: bool | None
-    """Whether the anisotropy L* lies within ``tolerance`` of a consensus change point."""
-    verdict: str
-    """The comparison in one sentence."""
+    n_resamples: int
+    thirds: list[int]
+    """The phases study's split of the same layers: the first mid layer and the first late layer."""
+    thirds_distance: list[int] | None
+    """|consensus boundary - thirds boundary|, in layers: a description, not a test."""
+    l_star: int
+    l_star_families: list[str]
+    """The families L* is compared with: those without the covariance top-1 share it is made from."""
+    l_star_consensus: list[int] | None
+    """Their boundaries (lower median over those families)."""
+    l_star_distance: int | None
+    """Layers from L* to the nearer of those boundaries."""
 
 
 class AtlasModel(TypedDict):
@@ -49,8 +91,10 @@ class AtlasModel(TypedDict):
     most_influential: list[int]
     """The layers of the 3 largest block influences (ShortGPT would remove the others first)."""
     boundaries: Boundaries
-    boundaries_no_massive: dict[str, list[int]]
-    """Block influence's change points without massive-activation tokens (a check on the sink's pull)."""
+    conventions: dict[str, str | float]
+    """How the numbers were computed: ``cka`` (the boundaries' CKA), ``entropy`` (``skean`` or ``raw``), ``twonn``
+    (``mle`` or ``facco``), ``massive_threshold`` (a multiple of the median), ``random_cka_linear`` and
+    ``random_cka_debiased`` (two independent random clouds at this run's n texts and width)."""
     seconds: dict[str, float]
 
 
