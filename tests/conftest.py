@@ -83,3 +83,41 @@ def languages(tmp_path):
     path.write_text(json.dumps({"en": {"resource": "high", "texts": tiny.TEXTS[:4]},
                                 "sw": {"resource": "low", "texts": tiny.TEXTS[4:7]}}))
     return load_languages(path)
+
+
+# -- what the ownership tests (tests/test_out_safety.py, tests/security/test_out_symlink.py) share --
+
+MARK = '{"written_by": "layerscope", "kind": "run", "version": "0"}'
+"""The marker of a folder layerscope wrote, planted by hand."""
+
+
+def error_line(result) -> str:
+    """The one ``error:`` line of a CLI result that exited 2 (and printed no traceback)."""
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def out_model(tmp_path_factory):
+    """A tiny Llama saved once per module: the model the ownership tests run."""
+    import tiny
+
+    return str(tiny.save(tmp_path_factory.mktemp("model") / "tiny", "llama", adds_bos=False))
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, out_model):
+    """A divergence run folder that layerscope wrote."""
+    from typer.testing import CliRunner
+
+    from layerscope.cli import app
+
+    root = tmp_path_factory.mktemp("finished")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAYERSCOPE_CACHE", str(root / "cache"))
+        result = CliRunner().invoke(app, ["run", "divergence", "--model", out_model, "--n-permutations", "100",
+                                          "--out", str(root / "div")])
+    assert result.exit_code == 0, result.output
+    return root / "div"

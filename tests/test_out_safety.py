@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 import tiny
+from conftest import MARK, error_line
 from layerscope.cli import app
 from layerscope.errors import DiskFullError, OutputError
 from layerscope.io import MARKER, atomic_file, read_marker, staged_dir
@@ -23,8 +24,8 @@ from layerscope.studies import StudyConfig, StudyResult
 from layerscope.sweep import SweepPlan, run_sweep
 
 runner = CliRunner()
-MARK = json.dumps({"written_by": "layerscope", "kind": "run", "version": "0"})
-"""The marker of a folder layerscope wrote, planted by hand."""
+
+model = pytest.fixture(scope="module", name="model")(lambda out_model: out_model)  # conftest's tiny model
 
 
 def snapshot(folder) -> dict[str, str]:
@@ -39,28 +40,6 @@ def plant(root, files: dict[str, str]) -> None:
         (root / name).write_text(text)
 
 
-def error_line(result) -> str:
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), result.output
-    assert "Traceback" not in result.output
-    return lines[0]
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return str(tiny.save(tmp_path_factory.mktemp("model") / "tiny", "llama", adds_bos=False))
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory, model):
-    """A divergence run folder that layerscope wrote."""
-    root = tmp_path_factory.mktemp("finished")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LAYERSCOPE_CACHE", str(root / "cache"))
-        result = runner.invoke(app, ["run", "divergence", "--model", model, "--n-permutations", "100",
-                                     "--out", str(root / "div")])
-    assert result.exit_code == 0, result.output
-    return root / "div"
 
 
 # -- --force (force=True) replaces only a folder layerscope wrote, and never a protected one --

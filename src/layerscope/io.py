@@ -9,8 +9,9 @@
 
 Every folder layerscope creates holds a marker file (``.layerscope.json``). ``force`` replaces only
 a folder that holds it, and never one that is or holds the current folder, the home folder or an
-input of the run. A write killed half-way leaves a hidden ``.<name>.XXXXXXXX.partial`` folder;
-the next write of the same target removes it (unless another process is writing into that folder).
+input of the run. An output folder given as a symbolic link is the folder it points to (the link stays).
+A write killed half-way leaves a hidden ``.<name>.XXXXXXXX.partial`` folder; the next write of the same
+target removes it (unless another process is writing into that folder).
 A full disk is a :class:`DiskFullError` naming the folder and the bytes needed; nothing is left.
 """
 
@@ -126,28 +127,49 @@ def may_replace(out: str | os.PathLike, inputs: Iterable[str | os.PathLike] = ()
     return read_marker(out) is not None and protected(out, inputs) is None
 
 
+def resolve_out(out: str | os.PathLike) -> Path:
+    """``out = resolve_out(out)``: ``out`` as given, or, when it is a symbolic link, the folder it points to
+    (``Path.resolve``), so that replacing the output folder replaces the target and the link stays. A link to
+    nothing is an :class:`OutputError` naming both ends and the fix."""
+    out = Path(out)
+    if not out.is_symlink():
+        return out
+    try:
+        target = out.resolve()
+    except (OSError, RuntimeError):  # a loop of links
+        raise OutputError(f"output path {out} is a symbolic link that leads back to itself; choose another "
+                          f"{OUT}") from None
+    if not target.exists():
+        raise OutputError(f"output path {out} is a symbolic link to {target}, which does not exist; create "
+                          f"that folder, or choose another {OUT}")
+    return target
+
+
 def check_out_dir(out: str | os.PathLike, force: bool, inputs: Iterable[str | os.PathLike] = ()) -> Path:
-    """Refuse an output folder whose contents would be lost, or that cannot be created.
+    """``out = check_out_dir(out, force, inputs)``: refuse an output folder whose contents would be lost, or that
+    cannot be created; returns the folder to write (a symbolic link's target: see :func:`resolve_out`).
 
     ``inputs``: the run's input files and local model folders; a folder that holds one is never replaced.
     """
-    out = Path(out)
+    given = Path(out)
+    out = resolve_out(given)
+    shown = f"{given} (a link to {out})" if given.is_symlink() else given
     if out.exists() and not out.is_dir():
-        raise OutputError(f"output path {out} exists and is not a folder; choose another {OUT}")
+        raise OutputError(f"output path {shown} exists and is not a folder; choose another {OUT}")
     if out.is_dir():
         inputs = list(inputs)
         reason = protected(out, inputs)
         if reason is not None:
-            raise OutputError(f"will not write into {out}: {reason}; choose another {OUT}")
+            raise OutputError(f"will not write into {shown}: {reason}; choose another {OUT}")
         if any(out.iterdir()):
             if read_marker(out) is None:
                 why = f"layerscope did not write it (it has no {MARKER}), so it may hold files of yours"
                 if force:
-                    raise OutputError(f"will not replace {out}: {why}; choose another {OUT}")
-                raise OutputError(f"output folder {out} already exists and is not empty, and {why}: {FORCE} "
+                    raise OutputError(f"will not replace {shown}: {why}; choose another {OUT}")
+                raise OutputError(f"output folder {shown} already exists and is not empty, and {why}: {FORCE} "
                                   f"will not replace it either; choose another {OUT}")
             if not force:
-                raise OutputError(f"output folder {out} already exists and is not empty; choose another {OUT}, "
+                raise OutputError(f"output folder {shown} already exists and is not empty; choose another {OUT}, "
                                   f"or pass {FORCE} to replace it (layerscope wrote it)")
     probe = out.resolve().parent
     while not probe.exists():

@@ -1,7 +1,9 @@
-"""Where layerscope keeps converted models and cached activations.
+"""Where layerscope keeps converted models and cached activations, and which names may become file names.
 
     activations_dir()                   # $LAYERSCOPE_CACHE/activations (CacheError if the cache is a file)
     raise cache_error(path, exc)        # the one error for a cache path that cannot be written
+    safe_name("en", "language code")    # "en"; an UnsafeNameError for "../x", "a/b", "CON", "" ...
+    safe_slug("org/My Model..v2")       # "org_My_Model.v2": a derived name that safe_name accepts
 
 Everything lives under one folder: ``$LAYERSCOPE_CACHE`` if set, else
 ``~/.cache/layerscope``. Reading needs no write: a complete read-only cache is usable.
@@ -10,9 +12,11 @@ Everything lives under one folder: ``$LAYERSCOPE_CACHE`` if set, else
 from __future__ import annotations
 
 import os
+import re
+import unicodedata
 from pathlib import Path
 
-from .errors import CacheError
+from .errors import CacheError, LayerscopeError, short
 
 FIX = "set LAYERSCOPE_CACHE to another folder (one you can write to), or pass --no-cache"
 """How to get past an unusable cache, in every cache error."""
@@ -65,3 +69,74 @@ def models_dir() -> Path:
 
 def activations_dir() -> Path:
     return cache_root() / "activations"
+
+
+class UnsafeNameError(LayerscopeError, ValueError):
+    """A name that would become a file or folder name but could step out of its folder or break on some system."""
+
+
+WINDOWS_RESERVED = frozenset({"CON", "PRN", "AUX", "NUL", *(f"{port}{n}" for port in ("COM", "LPT")
+                                                             for n in [*"123456789", "\u00b9", "\u00b2", "\u00b3"])})
+"""Device names Windows reserves in every folder, whatever the case or extension (``con``, ``NUL.txt``, ``Com1``)."""
+
+NAME_FIX = "rename it with letters, digits, '-', '_' and single dots, e.g. 'en' or 'my_model'"
+"""How to get past an :class:`UnsafeNameError`, in every one."""
+
+
+def name_problem(value: object) -> str | None:
+    """``name_problem("a/b")`` -> ``"holds a path separator ('/')"``: why ``value`` cannot be a file name, or None.
+
+    Refused: a non-string, an empty name, ``.``, ``..`` anywhere, ``/`` or ``\\``, NUL and every other control
+    character, and the device names Windows reserves (:data:`WINDOWS_RESERVED`)."""
+    if not isinstance(value, str):
+        return f"is not a string but of type {type(value).__name__}"
+    if not value.strip():
+        return "is empty"
+    for sep in ("/", "\\"):
+        if sep in value:
+            return f"holds a path separator ({sep!r})"
+    if ".." in value:
+        return "holds '..', which names the folder above"
+    if value == ".":
+        return "is '.', which names the folder itself"
+    if (char := control_char(value)) is not None:
+        return f"holds the control character {char!r}"
+    if is_reserved(value):
+        return f"is {value.split('.')[0]!r}, a device name Windows reserves in every folder"
+    return None
+
+
+def safe_name(value: str, what: str) -> str:
+    """``path = folder / safe_name(key, "figure name")``: ``value`` unchanged when it is safe as one file or
+    folder name, else an :class:`UnsafeNameError` naming ``what``, the value, the rule and the fix (see
+    :func:`name_problem`). Call it wherever a name from a user, a file or a plugin becomes part of a path."""
+    problem = name_problem(value)
+    if problem is not None:
+        raise UnsafeNameError(f"{what} {short(value)} cannot be used as a file name: it {problem}; {NAME_FIX}")
+    return value
+
+
+_UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._@=+-]")
+
+
+def safe_slug(value: str, fallback: str = "unnamed") -> str:
+    """``safe_slug("org/My Model..v2")`` -> ``"org_My_Model.v2"``: a name derived from ``value`` (a path, a model
+    spec) that :func:`safe_name` accepts: characters other than ASCII letters, digits and ``._@=+-`` become ``_``,
+    runs of dots one dot, leading ``-`` and ``.`` go, a Windows device name gets a leading ``_`` (``CON`` ->
+    ``_CON``); ``fallback`` when nothing is left. Two values may share a slug."""
+    slug = re.sub(r"\.{2,}", ".", _UNSAFE_CHARS.sub("_", value)).lstrip("-.")
+    if not slug:
+        return fallback
+    return f"_{slug}" if is_reserved(slug) else slug
+
+
+def control_char(value: str) -> str | None:
+    """``control_char("a\\nb")`` -> ``"\\n"``: the first control character in ``value`` (NUL, newline, escape,
+    DEL, ...), or None."""
+    return next((c for c in value if unicodedata.category(c) == "Cc"), None)
+
+
+def is_reserved(name: str) -> bool:
+    """``is_reserved("nul.txt")`` -> True: whether Windows reserves ``name`` for a device (``CON``, ``nul.txt``,
+    ``Com1.tar.gz``, ``LPT9 ``; not ``CONSOLE`` or ``com10``)."""
+    return name.split(".")[0].rstrip(" ").upper() in WINDOWS_RESERVED

@@ -23,6 +23,18 @@ LINE_EVERY_S = 10.0
 """Without a terminal: the longest quiet stretch between two progress lines."""
 
 
+def plural(word: str, count: int = 2) -> str:
+    """``plural("batch")`` -> ``"batches"``, ``plural("pass")`` -> ``"passes"``, ``plural("query")`` ->
+    ``"queries"``, ``plural("model")`` -> ``"models"``; ``word`` itself when ``count`` is 1."""
+    if count == 1:
+        return word
+    if word.endswith(("s", "x", "z", "ch", "sh")):
+        return word + "es"
+    if len(word) > 1 and word.endswith("y") and word[-2] not in "aeiou":
+        return word[:-1] + "ies"
+    return word + "s"
+
+
 def enabled() -> bool:
     return os.environ.get("LAYERSCOPE_PROGRESS", "1") != "0"
 
@@ -49,5 +61,6 @@ def _lines(items: Iterable[T], desc: str, unit: str, total: int | None, initial:
         done += 1
         now = time.perf_counter()
         if now - last >= LINE_EVERY_S or (done == total and now - start >= LINE_EVERY_S):  # quick work: silent
-            print(f"{desc}: {done}{of} {unit}s ({now - start:.0f} s)", file=sys.stderr, flush=True)
+            count = total if total is not None else done
+            print(f"{desc}: {done}{of} {plural(unit, count)} ({now - start:.0f} s)", file=sys.stderr, flush=True)
             last = now

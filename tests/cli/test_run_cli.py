@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 import tiny
 from layerscope import load_model, load_pairs
 from layerscope.cli import app
+from layerscope.report.markdown import md_text
 from layerscope.studies import StudyResult, get_study
 from layerscope.studies.result import TABLE_COLUMNS
 
@@ -121,7 +122,7 @@ def test_anisotropy_writes_profiles_for_both_token_sets_and_a_zip(tmp_path, mode
     # 3 layers: whichever L*, a segment of the bell test has fewer than 10 layers
     warnings = json.loads((out / "result.json").read_text())["summary"]["warnings"]
     assert warnings and all("bell test fits a line to" in w for w in warnings)
-    assert f"> **Warning:** {warnings[0]}" in (out / "report.md").read_text()
+    assert f"> **Warning:** {md_text(warnings[0])}" in (out / "report.md").read_text()  # escaped as markdown text
 
 
 def test_anisotropy_seed_compat_keeps_to_all_tokens(tmp_path, models):

@@ -28,6 +28,7 @@ from layerscope.data.languages import LanguageTexts, load_languages
 from layerscope.data.pairs import PairDataset, load_pairs
 from layerscope.data.prompts import MIN_PROMPTS, PromptSet, load_prompts
 from layerscope.errors import DatasetError, LayerscopeError
+from layerscope.paths import name_problem
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 BOM = b"\xef\xbb\xbf"
@@ -191,6 +192,8 @@ near_valid_languages = st.dictionaries(st.one_of(st.sampled_from(["en", "sw", "j
 
 good_text = st.text(min_size=1, max_size=40).filter(str.strip)
 """A usable statement: hypothesis' text() never yields surrogates; leading or trailing spaces are kept."""
+good_code = good_text.filter(lambda code: name_problem(code) is None)
+"""A usable language code: any text that is safe as a file name (tests/security/test_names.py: the others)."""
 
 
 def _dataset(sizes: dict[str, int], texts: list[str]) -> dict[str, list[list[str]]]:
@@ -311,7 +314,7 @@ def test_the_three_spellings_of_a_dataset_load_to_the_same_pairs_and_hash(data, 
 
 
 @FUZZ
-@given(data=st.dictionaries(good_text, st.tuples(st.sampled_from(["high", "low"]), st.lists(good_text, min_size=1,
+@given(data=st.dictionaries(good_code, st.tuples(st.sampled_from(["high", "low"]), st.lists(good_text, min_size=1,
                                                                                              max_size=4)),
                             min_size=1, max_size=5),
        ascii_only=st.booleans(), bom=st.booleans())

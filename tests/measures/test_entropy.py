@@ -99,3 +99,18 @@ def test_authors_convention_against_their_formula_by_hand(n, d):
     assert abs(matrix_entropy(z, "raw").normalised_entropy - normalised) > 0.05  # the conventions differ
     with pytest.raises(ValueError, match="choose one of skean, raw"):
         matrix_entropy(z, "centred")
+
+
+@pytest.mark.parametrize("convention", ["skean", "raw"])
+def test_entropy_from_a_subset_of_one_gram_equals_the_states(convention):
+    from layerscope.measures.entropy import gram_entropy
+
+    rng = np.random.default_rng(8)
+    z = rng.normal(size=(40, 25)) + 3.0 * rng.normal(size=25)
+    k = z @ z.T
+    for u in (np.arange(10), np.array([1, 5, 7, 20, 33, 39]), np.arange(25)):
+        want = matrix_entropy(z[u], convention).normalised_entropy
+        assert gram_entropy(k[np.ix_(u, u)], 25, convention) == pytest.approx(want, rel=1e-9)
+    if convention == "skean":
+        with pytest.raises(ValueError, match="pass the states"):
+            gram_entropy(k, 25)

@@ -1,11 +1,13 @@
 """Study plugins: a study another package adds through the ``layerscope.studies`` entry point runs from the
-command line, in a suite and in a sweep; a broken plugin costs one warning line; a renamed built-in runs.
+command line, in a suite and in a sweep; a broken plugin costs one warning line; a renamed built-in runs; each
+result's manifest names the package its study came from (name clashes: tests/security/test_plugins.py).
 
 Each plugin is a real module file plus a ``*.dist-info`` folder (METADATA, entry_points.txt) in a temporary
 folder put on ``PYTHONPATH`` of a ``python -m layerscope.cli`` subprocess, as ``pip install`` would leave it,
 so nothing is registered in the test process itself.
 """
 
+import json
 import os
 import runpy
 import subprocess
@@ -210,6 +212,7 @@ def test_toy_study_from_the_command_line_equals_a_hand_computation(plugins, runs
     assert (root / "single" / "toy.png").is_file() and (root / "single" / "index.html").is_file()
     peak = int(np.argmax(expected))
     assert f"toy: {models[0]}: largest mean norm {expected[peak]:.4g} at layer {peak} of 3" in single.stdout
+    assert json.loads((root / "single" / "result.json").read_text())["manifest"]["study_origin"] == "toy-plugin 0.1"
 
 
 def test_toy_sweep_gathers_both_models_and_scale_is_a_factor(plugins, runs):
@@ -232,6 +235,9 @@ def test_suite_runs_a_plugin_beside_a_built_in_study(plugins, runs, hand):
     page = (folder / "index.html").read_text()
     peak = int(np.argmax(expected))
     assert "Toy: hidden-state norms" in page and "Anisotropy" in page
+    origins = {study: json.loads((folder / study / "result.json").read_text())["manifest"]["study_origin"]
+               for study in ("anisotropy", "toy")}
+    assert origins == {"anisotropy": "built-in", "toy": "toy-plugin 0.1"}
     assert f"{models[0]}: largest mean norm {expected[peak]:.4g} at layer {peak} of 3" in page
 
 
@@ -243,6 +249,7 @@ def test_renamed_built_in_runs_and_a_broken_plugin_is_one_warning(plugins, runs)
     assert "warning:" not in done.stderr.replace(warnings[0], "")
     result = (root / "aniso2" / "result.json").read_text()
     assert '"study": "aniso2"' in result
+    assert json.loads(result)["manifest"]["study_origin"] == "aniso-again 0.1"  # a subclass of a built-in: a plugin
     table = pd.read_csv(root / "aniso2" / "table.csv")
     assert {"top1_ratio", "effective_rank"} <= set(table["metric"]) and table["layer"].max() == 3
     assert "Anisotropy again" in (root / "aniso2" / "index.html").read_text()

@@ -3,6 +3,7 @@
     layerscope run                           # every study on its default models -> runs/<time>/index.html
     layerscope run phases --model smollm2-135m
     layerscope run --config suite.yaml       # any study or suite; runs/X/config.yaml reruns run X
+    layerscope studies                       # every study: name, origin (built-in or plugin package), title
 """
 
 from __future__ import annotations
@@ -36,9 +37,14 @@ def run_command(
     workers: int = typer.Option(None, "--workers", help="With --executor ray: CPUs of the local Ray instance, one "
                                 "task per CPU. Default: every CPU."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress details to stderr."),
+    list_studies: bool = typer.Option(False, "--list", help="List the studies (as `layerscope studies`) and "
+                                      "exit."),
 ) -> None:
     """Run one study, or every study (no STUDY), and write result.json, table.csv, figures, report.md,
     config.yaml and a self-contained index.html into a run folder."""
+    if list_studies:
+        print_studies()
+        return
     from ..io import check_out_dir  # the studies (and torch) only when the command runs
     from ..studies import get_study, run_study
     from ..studies.config import ConfigError
@@ -91,3 +97,23 @@ def run_command(
     run_suite(found, out, force=force, echo=typer.echo, inputs=inputs)
     typer.echo(f"wrote {out}/index.html and one folder per study ({', '.join(found)})")
 
+
+@app.command("studies")
+@user_errors
+def studies_command() -> None:
+    """List every study `layerscope run` can run: its name, its origin (built-in, or the package and version of
+    the plugin that adds it) and its title; a name two plugins offer is listed as unavailable, with the fix."""
+    print_studies()
+
+
+def print_studies() -> None:
+    """One line per study: name, origin, title (a plugin's strings as plain text), then each name several plugins
+    offer (their names and the fix are in the registry's ``warning:`` line on stderr)."""
+    from ..studies.registry import PICK_VARIABLE, listing, unavailable
+
+    rows = [("STUDY", "ORIGIN", "TITLE"), *listing()]
+    rows += [(name, "unavailable", f"several plugins offer it; set {PICK_VARIABLE}={name}=DISTRIBUTION")
+             for name in unavailable()]
+    name_w, origin_w = (max(len(row[i]) for row in rows) for i in (0, 1))
+    for name, origin, title in rows:
+        typer.echo(f"{name:<{name_w}}  {origin:<{origin_w}}  {title}".rstrip())

@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import DatasetError, short
+from ..paths import name_problem
 from ..provenance import sha256_json
 from .files import check_text, parse_json, read_text, require_file
 
@@ -70,6 +71,9 @@ def load_languages(path: str | os.PathLike | None = None) -> LanguageTexts:
             raise DatasetError(f"{path}: a language has an empty code; give every language a code like 'en'")
         if problem := check_text(code):
             raise DatasetError(f"{path}: the language code {short(code)} {problem}")
+        if problem := name_problem(code):  # a code may name a file (a figure, a per-language table)
+            raise DatasetError(f"{path}: the language code {short(code)} cannot be used as a file name: it {problem}; "
+                               "use a code like 'en' or 'pt-BR' (letters, digits, '-', '_')")
         where = f"{path}: language {code!r}"
         if not isinstance(body, dict):
             raise DatasetError(f'{where}: expected an object with "resource" and "texts", got {short(body)}')

@@ -135,7 +135,18 @@ class Activations:
                                       "`layerscope extract` or a file written by Activations.save")
         elif not path.is_file():
             raise ExtractionError(f"activations file {path} does not exist; check the path")
-        with np.load(path) as z:
+        try:
+            return cls._read(path)
+        except ValueError as exc:
+            if "pickle" not in str(exc):
+                raise
+            raise ExtractionError(f"{path} holds pickled Python objects, which layerscope never loads (they can "
+                                  "run code); pass a file written by Activations.save or `layerscope extract`, "
+                                  "or write it again with them") from None
+
+    @classmethod
+    def _read(cls, path: Path) -> Activations:
+        with np.load(path, allow_pickle=False) as z:  # an object array is refused, never unpickled
             meta = json.loads(z["meta"].tobytes())
             settings = ExtractSettings.from_dict(meta["settings"])
             n_states = meta["model"]["n_layers"] + 1

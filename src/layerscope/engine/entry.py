@@ -87,7 +87,7 @@ def entry_state(folder: Path, layout: Layout, order: np.ndarray, meta: dict) -> 
     if on_disk == meta:
         return "ok"
     try:
-        same_order = on_disk is None and np.array_equal(np.load(folder / "order.npy"), order)
+        same_order = on_disk is None and np.array_equal(np.load(folder / "order.npy", allow_pickle=False), order)
     except (OSError, ValueError):
         same_order = False
     return "meta" if same_order else "build"

@@ -22,7 +22,9 @@ its stored floats are finite, and forgets one whose bytes no longer match (a kil
 or that holds NaN or inf, so those rows are computed again; a torn last journal line is ignored. It also
 removes temp files that killed writers left, beside the entry and in it. A ``meta.json`` that does not parse
 is written again and the verified rows are kept; array files of another shape or dtype make the entry be
-built again. Something that is not a file where the store keeps one (a folder of the user's) is a
+built again, and so does an ``order.npy`` that does not load as integers (``.npy`` files are read with
+``allow_pickle=False``: an object array planted in the cache is never unpickled). Something that is not a file
+where the store keeps one (a folder of the user's) is a
 ``CacheError``: the store never deletes it. A finite value too large for a float16 store is an
 ``ExtractionError``, raised before the batch is written. Reading never holds more than one layer's block.
 """
@@ -80,7 +82,12 @@ class LayerStore:
         meta = json.loads(json.dumps({**meta, "layout": asdict(layout)}))
         if entry_state(folder, layout, order, meta) != "ok":
             repair(folder, layout, order, meta)
-        store = cls(folder, layout, np.load(folder / "order.npy"))
+        on_disk = read_order(folder)
+        if on_disk is None:  # a damaged order.npy (or one holding pickled objects, never unpickled): build again
+            log.warning("%s is unreadable; building the cache entry again", folder / "order.npy")
+            _rebuild(folder, layout, order, meta)
+            on_disk = np.asarray(order, dtype=np.int64)
+        store = cls(folder, layout, on_disk)
         if not np.array_equal(store.order, order):
             raise CacheError(f"cache entry {folder} holds another row order than these texts give: remove the "
                              "folder (it is recomputed)")
@@ -312,3 +319,27 @@ def _read(path: Path, offset: int, shape: tuple[int, ...], dtype: str) -> np.nda
     return out
 
 
+
+
+def read_order(folder: Path) -> np.ndarray | None:
+    """``order.npy`` of the entry ``folder`` (1-D integers), or ``None`` when it is missing, damaged or anything
+    else; an object array in it is refused by numpy without unpickling (``allow_pickle=False``)."""
+    try:
+        order = np.load(folder / "order.npy", allow_pickle=False)
+    except (OSError, ValueError, EOFError):
+        return None
+    return order if order.ndim == 1 and np.issubdtype(order.dtype, np.integer) else None
+
+
+def _rebuild(folder: Path, layout: Layout, order: np.ndarray, meta: dict) -> None:
+    """Under the entry's lock, build ``folder`` again unless another process already has (its rows recomputed)."""
+    try:
+        lock = FileLock(lock_path(folder))
+        lock.acquire()
+    except OSError as exc:
+        raise cache_error(folder, exc, "create") from None
+    try:
+        if read_order(folder) is None:
+            create(folder, layout, order, meta)
+    finally:
+        lock.release()

@@ -4,6 +4,7 @@
     m = matrix_entropy(z, "raw")        # the formula on the raw states
     m.entropy, m.normalised_entropy, m.effective_rank
     mean = mean_prompt_entropy(states)  # states: an iterable of (n_tokens, d) arrays, one per text
+    h = gram_entropy(k[np.ix_(u, u)], d)    # the same from a subset of one raw Gram matrix k = z z^T (n <= d)
     mean.entropy, mean.normalised_entropy, mean.effective_rank, mean.n_texts, mean.n_skipped
 
 The alpha = 1 matrix entropy of Skean et al. 2025 ("Layer by Layer: Uncovering Hidden Representations in
@@ -94,6 +95,35 @@ def matrix_entropy(z: np.ndarray, convention: str = "skean") -> MatrixEntropy:
     entropy = float(-np.sum(p * np.log(p)))
     bound = np.log(min(n, d))
     return MatrixEntropy(entropy, entropy / bound if bound > 0 else 0.0, float(np.exp(entropy)))
+
+
+def gram_entropy(k: np.ndarray, d: int, convention: str = "skean") -> float:
+    """The normalised matrix entropy of m states in ``d`` dimensions from their raw (m, m) Gram matrix k = z z^T,
+    without the states: the same number as ``matrix_entropy(z, convention).normalised_entropy`` when m <= d (for
+    many subsets of one set of states, each costs an m x m eigenproblem and no product with d). The authors'
+    convention centres (k - row means - column means + mean) and scales by the diagonal before the clamp. NaN
+    where the entropy is undefined (all zeros; a state equal to the mean). m > d in the authors' convention needs
+    the d x d matrix: pass the states to :func:`matrix_entropy`."""
+    k = np.asarray(k, dtype=np.float64)
+    m = len(k)
+    if convention == "skean":
+        if m > d:
+            raise ValueError(f"{m} states in {d} dimensions: the authors' convention uses z^T z, so pass the states "
+                             "to matrix_entropy")
+        k = k - k.mean(axis=0) - k.mean(axis=1)[:, None] + k.mean()
+        scale = np.sqrt(np.clip(np.diag(k), 0.0, None))
+        if not (scale > 0).all():
+            return float("nan")
+        k = np.clip(k / np.outer(scale, scale), 0.0, None)
+    elif convention != "raw":
+        raise ValueError(f"matrix entropy convention {convention!r}; choose one of {', '.join(CONVENTIONS)}")
+    values = np.linalg.eigvalsh(k)
+    largest = values[-1]
+    if not largest > 0 or min(m, d) < 2:
+        return float("nan") if not largest > 0 else 0.0
+    values = np.where(values >= largest * max(m, d) * np.finfo(np.float64).eps, values, 0.0)
+    p = values[values > 0] / values.sum()
+    return float(-(p * np.log(p)).sum() / np.log(min(m, d)))
 
 
 def mean_prompt_entropy(texts_states: Iterable[np.ndarray], convention: str = "skean") -> MeanPromptEntropy:

@@ -1,6 +1,7 @@
 """Refuse a model whose numbers would mean nothing, before it runs.
 
     check_folder(folder)                        # corrupt safetensors files
+    check_no_custom_code(folder, spec)          # a model that needs its own Python code (auto_map)
     model, loading = AutoModelForCausalLM.from_pretrained(folder, output_loading_info=True)
     check_trained(model, loading, spec)         # weights transformers initialised at random
     check_causal(model, tokenizer, spec)        # an encoder (BERT) or encoder-decoder is not a causal LM
@@ -13,16 +14,21 @@ its layer-wise geometry both assume it; an encoder such as BERT loads in transfo
 from __future__ import annotations
 
 import functools
+import json
+import re
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from ..errors import ModelLoadError
+from ..errors import ModelLoadError, short
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model",
                    "sentencepiece.bpe.model")
 """A folder with none of these has no tokenizer transformers can load."""
+
+CUSTOM_CODE_FILES = ("config.json", "tokenizer_config.json")
+"""Files whose ``auto_map`` names Python code shipped with a model (refused: :func:`check_no_custom_code`)."""
 
 _PROBE = "Every word of this probe sentence is seen only by the words that come after it in the text."
 SHOWN = 4
@@ -42,6 +48,47 @@ def check_folder(folder: Path) -> None:
                 f"{path} is not a readable safetensors file ({first_line(exc)}): it is corrupt or truncated; "
                 "download or save the model again"
             ) from None
+
+
+def check_no_custom_code(folder: Path, spec: str) -> None:
+    """Raise :func:`custom_code_error` when ``folder``'s config.json or tokenizer_config.json has an ``auto_map``
+    (classes from Python files that ship with the model). A missing or unreadable file is left to transformers."""
+    for name in CUSTOM_CODE_FILES:
+        try:
+            data = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        auto_map = data.get("auto_map") if isinstance(data, dict) else None
+        if auto_map:
+            raise custom_code_error(spec, str(folder), name, auto_map)
+
+
+def custom_code_error(spec: str, source: str, where: str, auto_map: object = None) -> ModelLoadError:
+    """The error for a model that needs its own code (``auto_map`` in ``where``), with how to hand it over."""
+    values = auto_map.values() if isinstance(auto_map, dict) else ()
+    refs = {v for value in values for v in (value if isinstance(value, list | tuple) else [value])
+            if isinstance(v, str)}
+    files = sorted({f"{ref.split('--')[-1].rsplit('.', 1)[0]}.py" for ref in refs})
+    named = f" naming {', '.join(short(f, 60) for f in files[:SHOWN])}" if files else ""
+    return ModelLoadError(
+        f"model {spec} needs its own Python code ({where} has an auto_map{named}), which layerscope never runs; "
+        f"if you trust that code, load the model yourself and hand it over: model = AutoModelForCausalLM."
+        f"from_pretrained({source!r}, trust_remote_code=True); tokenizer = AutoTokenizer.from_pretrained("
+        f"{source!r}, trust_remote_code=True); lm = LoadedModel.wrap(model, tokenizer, name='my-model'); then "
+        "pass lm where a model spec goes (load_model(lm), StudyConfig(study=..., models=(lm,)))"
+    )
+
+
+def pickle_error(source: str, exc: BaseException) -> ModelLoadError:
+    """The error for weights in a pickle (``pytorch_model.bin``) that holds more than tensors."""
+    found = re.search(r"Unsupported (?:global: GLOBAL \S+|operand \S+)", str(exc))
+    what = "".join(ch for ch in found[0] if ch.isprintable())[:120] if found else type(exc).__name__
+    return ModelLoadError(
+        f"the weights of {source} are a pickle (.bin) that holds more than tensors ({what}), and layerscope reads "
+        "weights only, never code a pickle names; get the model as safetensors "
+        "(model.safetensors) from where it came from, or, if you trust the file, load it yourself and "
+        "save_pretrained it as safetensors"
+    )
 
 
 def missing_tokenizer(folder: Path) -> ModelLoadError | None:

@@ -9,12 +9,18 @@
 
 Weights go straight from the files to the target device in the target dtype (``device_map={"": device}``):
 no float32 copy of the whole model is ever made on the host (benchmarks/load_rss.py measures the peak).
+
+No code that comes with a model runs: ``trust_remote_code=False`` always, and a folder whose config.json or
+tokenizer_config.json has an ``auto_map`` (classes from the model's own Python files) is refused, naming how to
+load it yourself and hand it over with ``LoadedModel.wrap``. Weights are read as safetensors (or GGUF); a
+``pytorch_model.bin`` pickle is read with ``weights_only=True``, and one that names anything but tensors is refused.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import pickle
 import re
 import socket
 from dataclasses import dataclass
@@ -26,7 +32,16 @@ from safetensors import SafetensorError
 from torch import nn
 
 from ..errors import ModelLoadError
-from .checks import check_decoder_config, check_folder, check_trained, first_line, missing_tokenizer
+from .checks import (
+    check_decoder_config,
+    check_folder,
+    check_no_custom_code,
+    check_trained,
+    custom_code_error,
+    first_line,
+    missing_tokenizer,
+    pickle_error,
+)
 from .info import ModelInfo, describe
 from .spec import split_revision
 from .zoo import DEFAULT_MODEL, ZOO, converted_gguf, zoo_folder
@@ -136,17 +151,28 @@ def load_model(
         kwargs["local_files_only"] = True
     if not is_hub:
         check_folder(Path(source))
+        check_no_custom_code(Path(source), spec)
     try:
         tok_kwargs = {k: kwargs[k] for k in ("revision", "local_files_only") if k in kwargs}
-        tokenizer = AutoTokenizer.from_pretrained(source, **tok_kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False, **tok_kwargs)
     except (OSError, ValueError) as exc:
+        if "trust_remote_code" in str(exc):  # a hub model whose tokenizer is its own code
+            raise custom_code_error(spec, source, "tokenizer_config.json") from None
         if is_hub:
             raise _hub_error(spec, revision, kwargs.get("local_files_only", False), exc) from None
         raise missing_tokenizer(Path(source)) or ModelLoadError(
             f"could not load the tokenizer of {source}: {first_line(exc)}") from None
+    # never the model's own code; a .bin pickle only as tensors; safetensors only where the folder has them
+    safe = {"trust_remote_code": False, "weights_only": True}
+    if not is_hub and any(Path(source).glob("*.safetensors")):
+        safe["use_safetensors"] = True
     try:
-        model, loading = AutoModelForCausalLM.from_pretrained(source, output_loading_info=True, **kwargs)
+        model, loading = AutoModelForCausalLM.from_pretrained(source, output_loading_info=True, **safe, **kwargs)
+    except pickle.UnpicklingError as exc:
+        raise pickle_error(str(source), exc) from None
     except (OSError, ValueError, SafetensorError) as exc:
+        if "trust_remote_code" in str(exc):  # a hub model of a kind transformers knows only from its own code
+            raise custom_code_error(spec, source, "config.json") from None
         if is_hub:
             raise _hub_error(spec, revision, kwargs.get("local_files_only", False), exc) from None
         kind = re.search(r"Unrecognized configuration class .*?(\w+)'>", str(exc))
@@ -155,6 +181,10 @@ def load_model(
                                  "cannot load as a causal LM (it is not decoder-only); use a decoder-only causal "
                                  "LM (e.g. GPT-2, Llama, Pythia, SmolLM2)") from None
         raise ModelLoadError(f"could not load a causal LM from {source}: {first_line(exc)}") from None
+    for part, where in ((model.config, "config.json"), (tokenizer, "tokenizer_config.json")):
+        auto_map = getattr(part, "auto_map", None) or getattr(part, "init_kwargs", {}).get("auto_map")
+        if auto_map:  # a hub model that ships code beside a class transformers has: its code is meant, refuse
+            raise custom_code_error(spec, source, where, auto_map)
     check_decoder_config(model, spec)
     check_trained(model, loading, spec)
     _check_resident(model, spec)

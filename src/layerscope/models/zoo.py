@@ -22,7 +22,7 @@ from filelock import FileLock, Timeout
 
 from ..errors import ModelLoadError
 from ..io import is_disk_full, staged_dir
-from ..paths import cache_error, models_dir
+from ..paths import cache_error, models_dir, safe_slug
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def converted_gguf(path: Path) -> Path:
     check_gguf(path)  # before the lock file: a file that is not GGUF leaves nothing in the cache
     stat = path.stat()
     key = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    dest = models_dir() / f"gguf-{path.stem}-{key}"
+    dest = models_dir() / f"gguf-{safe_slug(path.stem)}-{key}"
     return _convert_once(dest, lambda _scratch: path)
 
 

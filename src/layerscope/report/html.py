@@ -3,6 +3,12 @@
     page("layerscope run X", body_html)                    # the page skeleton every layerscope page shares
     render_run("runs/X", sections)                         # a run's page: verdicts first, then each section
     write_page(Path("runs/X/index.html"), text)            # atomically; never over a page layerscope did not write
+    markdown_html(report_md, shift=2)                      # a report.md as HTML: its text is text, never markup
+
+Every string from outside (a category, a text, a model name, a path, what a plugin study returns) is text, never
+markup: each plain string goes into the page through ``html.escape``; a report.md is rendered by markdown-it with
+raw HTML off and only relative, ``#`` and http(s) links (:func:`safe_link`); and every page carries a
+Content-Security-Policy (:data:`CSP`) that runs no script and loads nothing but its own embedded images and style.
 
 A :class:`Section` is one study's part of a run page, in plain values (title, headline lines, method notes,
 its folder's figures and report.md); :mod:`layerscope.studies.pages` builds them from run folders.
@@ -17,8 +23,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-import markdown
+from markdown_it import MarkdownIt
 
 from ..errors import OutputError
 from ..io import atomic_file
@@ -38,6 +45,10 @@ details { margin: 1em 0; } summary { cursor: pointer; font-weight: 600; }
 
 GENERATOR = '<meta name="generator" content="layerscope">'
 """In the head of every page layerscope renders: such a page may be rendered again over itself."""
+CSP = ('<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:; '
+       'style-src \'unsafe-inline\'">')
+"""In the head of every page: no script runs and nothing is fetched; only embedded images and the page's style."""
+_SCHEME = re.compile(r"([a-z][a-z0-9+.-]*):", re.IGNORECASE)
 
 
 @dataclass
@@ -63,7 +74,7 @@ def page(title: str, body: str, heading: bool = True, note: str = "") -> str:
     was made, ending in ``note`` (HTML); then ``body`` (HTML) as it is."""
     title = html.escape(title)
     made = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>{GENERATOR}'
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">{CSP}<title>{title}</title>{GENERATOR}'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>'
             f'<body>{f"<h1>{title}</h1>" if heading else ""}<p class="muted">Rendered {made} by layerscope from the '
             f'files in this folder{note}.</p>{body}</body></html>\n')
@@ -117,7 +128,7 @@ def _section(root: Path, s: Section, warn: str) -> str:
     body = markdown_html(report.read_text(encoding="utf-8"), shift=2) if report.is_file() else ""
     notes = "".join(f"<tr><td>{html.escape(seed)}</td><td>{html.escape(default)}</td></tr>"
                     for seed, default in s.method_notes)
-    files = " ".join(f'<a href="{html.escape(p.relative_to(root).as_posix())}">{html.escape(p.name)}</a>'
+    files = " ".join(f'<a href="{html.escape(quote(p.relative_to(root).as_posix()))}">{html.escape(p.name)}</a>'
                      for p in sorted(s.folder.iterdir()) if p.suffix in (".csv", ".json", ".md", ".zip"))
     return (f'<h2 id="{html.escape(s.anchor)}">{html.escape(s.title)}</h2><p><em>{html.escape(s.question)}</em></p>'
             f'<p class="muted">Method: {html.escape(s.method)}. Files: {files}</p>{warn}{figures}'
@@ -133,9 +144,28 @@ def embed_figure(png: Path) -> str:
             '</figcaption></figure>')
 
 
+def safe_link(url: str) -> bool:
+    """``safe_link("#verdicts")``, ``safe_link("tasks/a/index.html")``, ``safe_link("https://arxiv.org/x")``: True;
+    a link or image with any other scheme (``javascript:``, ``vbscript:``, ``data:``, ``file:``...) is False,
+    and markdown-it leaves it as text. ``url`` as markdown-it passes it: normalized, control characters and
+    spaces percent-encoded."""
+    scheme = _SCHEME.match(url)
+    return scheme is None or scheme.group(1).lower() in ("http", "https")
+
+
+def _markdown_it() -> MarkdownIt:
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    md.validateLink = safe_link
+    return md
+
+
+_MARKDOWN = _markdown_it()
+
+
 def markdown_html(text: str, shift: int = 0) -> str:
-    """Markdown (with tables) as HTML; headings move down ``shift`` levels (a study report sits under an h2)."""
-    out = markdown.markdown(text, extensions=["tables"], output_format="html")
+    """Markdown (with tables) as HTML, raw HTML shown as text and only :func:`safe_link` links; headings move down
+    ``shift`` levels (a study report sits under an h2)."""
+    out = _MARKDOWN.render(text)
     if not shift:
         return out
     return re.sub(r"<(/?)h([1-6])", lambda m: f"<{m.group(1)}h{min(int(m.group(2)) + shift, 6)}", out)
@@ -144,7 +174,7 @@ def markdown_html(text: str, shift: int = 0) -> str:
 def _manifest(title: str, manifest: dict) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(str(m.get('name')))}</td><td><code>{html.escape(str(m.get('weights_hash'))[:16])}"
-        f"</code></td><td>{m.get('n_layers')}</td><td>{html.escape(str(m.get('dtype')))}</td>"
+        f"</code></td><td>{html.escape(str(m.get('n_layers')))}</td><td>{html.escape(str(m.get('dtype')))}</td>"
         f"<td>{html.escape(str(m.get('device')))}</td></tr>" for m in manifest.get("models", []))
     dataset = manifest.get("dataset") or {}
     versions = ", ".join(f"{k} {v}" for k, v in (manifest.get("versions") or {}).items())
@@ -153,5 +183,5 @@ def _manifest(title: str, manifest: dict) -> str:
     return (f"<h3>{html.escape(title)}</h3><table><tr><th>model</th><th>weights SHA-256</th><th>layers</th>"
             f"<th>dtype</th><th>device</th></tr>{rows}</table>"
             f"<p>Data: {html.escape(str(dataset.get('source')))} (SHA-256 <code>{html.escape(str(dataset.get('hash')))}"
-            f"</code>). Seed {manifest.get('seed')}.<br>Versions: {html.escape(versions)}.<br>"
+            f"</code>). Seed {html.escape(str(manifest.get('seed')))}.<br>Versions: {html.escape(versions)}.<br>"
             f"Timings (s): {html.escape(timings)}.</p>")

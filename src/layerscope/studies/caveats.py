@@ -10,6 +10,7 @@ default-mode report shows.
 from __future__ import annotations
 
 from ..data import PairDataset
+from ..report.markdown import md_text
 from .inputs import without_category
 
 MIN_N = 10
@@ -59,8 +60,9 @@ def category_warnings(study: str, pairs: PairDataset, drop_category: str | None 
 
 
 def warning_lines(summary: dict) -> list[str]:
-    """Markdown blockquotes for ``summary["warnings"]``, each followed by a blank line."""
-    return [line for warning in summary.get("warnings", []) for line in (f"> **Warning:** {warning}", "")]
+    """Markdown blockquotes for ``summary["warnings"]``, each followed by a blank line; a warning naming a
+    category, language or model is text there (:func:`md_text`), never markup."""
+    return [line for warning in summary.get("warnings", []) for line in (f"> **Warning:** {md_text(warning)}", "")]
 
 
 def legend_lines(config: dict, unit: str, interval: str) -> list[str]:

@@ -21,8 +21,9 @@ from ..errors import short
 from ..models import DEFAULT_MODEL, ZOO, LoadedModel
 from ..models.load import is_dtype_name
 from ..models.spec import path_exists, split_revision
+from ..paths import control_char, safe_name
 from .registry import get_study
-from .settings import ConfigError, Settings, absolute_path, parse_layers, select_layers
+from .settings import ConfigError, Settings, absolute_path, check_bound, parse_layers, select_layers
 
 __all__ = ["COMMON", "ConfigError", "StudyConfig", "absolute_model", "absolute_path", "model_name", "parse_layers",
            "select_layers"]
@@ -84,6 +85,7 @@ class StudyConfig:
 
     def __init__(self, study: str, models: Any = (), *, settings: Settings | None = None, **kwargs: Any):
         cls = get_study(study).Settings
+        safe_name(study, "study name")  # it names the study's folder in a suite and the default --out
         common = {key: kwargs.pop(key) for key in list(kwargs) if key in COMMON}
         if settings is not None and not isinstance(settings, cls):
             raise ConfigError(f"settings for {study} must be a {cls.__name__}, not a {type(settings).__name__}")
@@ -106,8 +108,13 @@ class StudyConfig:
         if bad:
             raise ConfigError(f"model {short(bad[0])} is neither a model spec (a zoo name, folder, .gguf file or hub "
                               "id) nor a LoadedModel; pass one of those")
+        check_bound(len(self.models), "models per study (--model)")
         object.__setattr__(self, "models", tuple(absolute_model(m) for m in self.models))
         names = self.model_names
+        odd = next((n for n in names if control_char(n) is not None), None)
+        if odd is not None:
+            raise ConfigError(f"model name {short(odd)} holds the control character {control_char(odd)!r}; name "
+                              "the model without control characters (a folder: rename it)")
         if len(set(names)) != len(names):
             raise ConfigError(f"a model is listed twice in {short(list(names))}; list each model once")
         if self.compat not in (None, "seed"):
@@ -116,13 +123,10 @@ class StudyConfig:
             raise ConfigError(f"confidence level {self.ci_level} must lie between 0.5 and 1")
         if not 0 <= self.seed < 2**32:
             raise ConfigError(f"--seed {self.seed} is out of range; use a whole number from 0 to {2**32 - 1}")
-        if self.max_length is not None and self.max_length < 2:
-            raise ConfigError(f"--max-length {self.max_length} is too short; a text needs at least 2 tokens "
-                              "(one to predict from, one to predict)")
-        if self.batch_size is not None and (isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int)
-                                            or self.batch_size < 1):
-            raise ConfigError(f"batch size must be a whole number of at least 1, got {short(self.batch_size)}; "
-                              "leave it out to plan batches from memory")
+        if self.max_length is not None:
+            check_bound(self.max_length, "--max-length")
+        if self.batch_size is not None:
+            check_bound(self.batch_size, "--batch-size")
         if not is_dtype_name(self.dtype):
             raise ConfigError(f"unknown dtype {short(self.dtype)}; use auto (bfloat16 on CUDA, float32 on CPU), "
                               "float32, float16 or bfloat16")

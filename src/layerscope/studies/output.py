@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ..io import staged_dir
+from ..paths import safe_name
+from ..report.markdown import no_raw_html
 from .config_file import dump_configs
 from .pages import write_index
 from .registry import get_study, study_class
@@ -47,8 +49,9 @@ def input_paths(config: Mapping[str, Any]) -> list[str]:
 def write_result(result: StudyResult, out: Path, force: bool = False) -> Path:
     study = get_study(result.study)
     start = time.perf_counter()
-    files = {f"{name}.png": _png(fig) for name, fig in study.figures(result).items()}
-    files["report.md"] = study.report(result).encode()
+    files = {f"{safe_name(name, f'figure name of study {result.study}')}.png": _png(fig)  # a plugin's keys too
+             for name, fig in study.figures(result).items()}
+    files["report.md"] = no_raw_html(study.report(result)).encode()  # a plugin's too: no raw HTML in any report.md
     files["table.csv"] = result.table.to_csv(index=False).encode()
     timings = result.manifest.setdefault("timings", {})
     timings["write_s"] = round(time.perf_counter() - start, 3)

@@ -13,6 +13,9 @@ Each field's ``help`` becomes its CLI option's help (``--scale``) and the config
 a field made with ``file=True`` names an input file (made absolute, never replaced by an output folder).
 :class:`PairSettings` holds what every statement-pair study reads (dataset, layers, permutations).
 A value whose default depends on ``--compat`` is a :func:`by_compat` method: ``config.layer_spec``.
+
+Every setting that multiplies work is bounded when the settings are built, before any model loads:
+``check_count(value, "--n-bootstrap", 100, MAX_BOOTSTRAP, why)``; :data:`BOUNDS` lists each bound for the README.
 """
 
 from __future__ import annotations
@@ -24,11 +27,68 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import LayerscopeError, short
+from ..errors import LayerscopeError, short, spelled
 
 
 class ConfigError(LayerscopeError):
     """A study setting that cannot work."""
+
+
+MAX_BOOTSTRAP = 100_000
+"""Most bootstrap resamples per interval (--n-bootstrap): the ends of a 95% interval settle to the reported digits
+long before; each resample re-runs the statistic."""
+MAX_PERMUTATIONS = 100_000
+"""Most permutations per p-value (--n-permutations): a p-value resolves 1/100,000 with them."""
+MAX_LAYER = 4096
+"""The highest layer index a --layers list may name (so at most 4,097 layers); the deepest models have ~130."""
+MAX_LENGTH = 131_072
+"""Most tokens per text (--max-length): the longest context of the supported models."""
+MAX_BATCH_SIZE = 4096
+"""Most texts per forward pass (--batch-size); memory grows with it, speed stops growing long before."""
+MAX_MODELS = 10_000
+"""Most models in one study config, and most tasks (models x revisions) in one sweep."""
+MAX_WORKERS = 1024
+"""Most CPUs of a local Ray instance (--workers)."""
+MAX_GPUS_PER_TASK = 64
+"""Most GPUs one sweep task asks Ray for (--gpus-per-task)."""
+
+BOUNDS: dict[str, tuple[int, int, str]] = {
+    "--n-bootstrap": (100, MAX_BOOTSTRAP, "fewer resamples are too few for a confidence interval, more change no "
+                      "reported digit"),
+    "--n-permutations": (100, MAX_PERMUTATIONS, "fewer are too few for a p-value, more change no reported digit"),
+    "--layers": (0, MAX_LAYER, "layer indices count from 0 (the embeddings); no model has more layers"),
+    "--max-length": (2, MAX_LENGTH, "a text needs 2 tokens (one to predict from, one to predict), and no supported "
+                     "model reads more positions"),
+    "--batch-size": (1, MAX_BATCH_SIZE, "texts per forward pass; leave it out to plan batches from memory"),
+    "models per study (--model)": (0, MAX_MODELS, "models load one after another; split the list into several runs"),
+    "tasks per sweep (models x revisions)": (1, MAX_MODELS, "each task is a whole study run; split the sweep into "
+                                             "several"),
+    "--workers": (1, MAX_WORKERS, "CPUs of the local Ray instance, one task each"),
+}
+"""``{option: (lowest, highest, why)}``: every bound on work a setting multiplies, as the README table lists them
+(besides ``--gpus-per-task``, 0 to :data:`MAX_GPUS_PER_TASK`, a fraction allowed, checked in ``sweep.plan``).
+``check_bound(value, "--n-bootstrap")`` checks one."""
+
+
+def check_count(value: Any, name: str, low: int, high: int, why: str) -> int:
+    """``check_count(self.n_bootstrap, "--n-bootstrap", 100, MAX_BOOTSTRAP, "fewer are too few for an interval")``:
+    ``value`` when it is a whole number from ``low`` to ``high``, else a :class:`ConfigError` naming the option
+    (``--n-bootstrap`` on the command line, ``n_bootstrap`` in Python), the value, the limit and the fix,
+    followed by ``why`` (the reason for the limits). Call it in a settings ``__post_init__``, so the bound is
+    checked when the config is built, before any model loads."""
+    shown = spelled(name, name[2:].replace("-", "_")) if name.startswith("--") else name
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{shown} must be a whole number from {low:,} to {high:,}, got {short(value)}; {why}")
+    if value < low:
+        raise ConfigError(f"{shown} {value:,} is too small; use at least {low:,} (at most {high:,}): {why}")
+    if value > high:
+        raise ConfigError(f"{shown} {value:,} is above the limit of {high:,}; use {low:,} to {high:,}: {why}")
+    return value
+
+
+def check_bound(value: Any, option: str) -> int:
+    """``check_bound(self.n_bootstrap, "--n-bootstrap")``: :func:`check_count` with the bound :data:`BOUNDS` lists."""
+    return check_count(value, option, *BOUNDS[option])
 
 
 def setting(help: str, *, default: Any = None, file: bool = False, keywords: tuple[str, ...] = ()) -> Any:
@@ -83,6 +143,7 @@ LAYERS_HELP = "Layers to test: 'all', 'seed' (every 4th plus the last) or a list
 def layers_setting(layers: str | list[int] | tuple[int, ...] | None) -> str | None:
     """A ``layers`` setting checked and written as a string: ``[0, 4, 8]`` (the Python API, YAML) -> ``"0,4,8"``."""
     if isinstance(layers, (list, tuple)):
+        _check_layer_count(len(layers))
         if not all(isinstance(x, int) and not isinstance(x, bool) for x in layers):
             raise ConfigError(f"layers {short(list(layers))} must be whole numbers, e.g. [0, 4, 8]")
         layers = ",".join(map(str, layers))
@@ -107,8 +168,7 @@ class PairSettings(Settings):
     def __post_init__(self):
         super().__post_init__()
         object.__setattr__(self, "layers", layers_setting(self.layers))
-        if self.n_permutations < 100:
-            raise ConfigError(f"n_permutations {self.n_permutations} is too few for a p-value; use >= 100")
+        check_bound(self.n_permutations, "--n-permutations")
 
     @by_compat
     def layer_spec(self, compat: str | None) -> str:
@@ -139,14 +199,15 @@ def check_pooling(pooling: str) -> None:
 
 
 def check_n_bootstrap(n: int) -> None:
-    if n < 100:
-        raise ConfigError(f"--n-bootstrap {n} is too few for a confidence interval; use >= 100")
+    """``check_n_bootstrap(self.n_bootstrap)``: 100 to :data:`MAX_BOOTSTRAP` resamples, else a :class:`ConfigError`."""
+    check_bound(n, "--n-bootstrap")
 
 
 def parse_layers(spec: str) -> str | list[int]:
     spec = spec.strip()
     if spec in ("all", "seed"):
         return spec
+    _check_layer_count(spec.count(",") + 1)
     try:
         layers = sorted({int(part) for part in spec.split(",") if part.strip()})
     except ValueError:
@@ -156,7 +217,16 @@ def parse_layers(spec: str) -> str | list[int]:
         raise ConfigError("empty layer list; use 'all', 'seed' or numbers like 0,4,8")
     if layers[0] < 0:
         raise ConfigError(f"layer {layers[0]} is negative; layers count from 0 (the embeddings)")
+    if layers[-1] > MAX_LAYER:
+        raise ConfigError(f"layer {short(layers[-1])} in {spelled('--layers', 'layers')} is above the limit of "
+                          f"{MAX_LAYER:,}; list layers from 0 to {MAX_LAYER:,} (no model has more), or 'all'")
     return layers
+
+
+def _check_layer_count(n: int) -> None:
+    if n > MAX_LAYER + 1:
+        raise ConfigError(f"{spelled('--layers', 'layers')} lists {n:,} layers, above the limit of {MAX_LAYER + 1:,} "
+                          f"(layers 0 to {MAX_LAYER:,}); list each layer once, or use 'all'")
 
 
 def select_layers(spec: str, n_layers: int, model: str = "the model") -> list[int]:

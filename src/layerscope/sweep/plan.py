@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..models.spec import split_revision
+from ..paths import safe_slug
 from ..studies.config import ConfigError, StudyConfig
+from ..studies.settings import MAX_GPUS_PER_TASK, check_bound
 
 EXECUTORS = ("serial", "ray")
 
@@ -39,10 +41,11 @@ MAX_SLUG = 100
 
 
 def task_slug(spec: str) -> str:
-    """A safe folder name for a model spec: path separators become ``--``, other odd characters ``_``, and
-    it never starts with ``-`` or ``.`` (``./tiny-gpt2`` -> ``tiny-gpt2``). Two specs may share one; see
-    :func:`task_folders`."""
-    slug = re.sub(r"[^A-Za-z0-9._@=+-]", "_", spec.strip("/").replace("/", "--")).lstrip("-.")
+    """A safe folder name for a model spec: path separators become ``--``, other odd characters ``_``, runs of
+    dots one dot, it never starts with ``-`` or ``.`` (``./tiny-gpt2`` -> ``tiny-gpt2``) and a Windows device
+    name gets a leading ``_`` (``CON`` -> ``_CON``): :func:`~layerscope.paths.safe_name` accepts every one.
+    Two specs may share one; see :func:`task_folders`."""
+    slug = safe_slug(spec.strip("/").replace("/", "--"), fallback="")
     if not slug or len(slug) > MAX_SLUG:
         return f"{slug[:MAX_SLUG - 9] or 'model'}-{_spec_hash(spec)}"
     return slug
@@ -115,17 +118,19 @@ class SweepPlan:
             raise ConfigError(f"unknown executor {self.executor!r}; use serial or ray")
         if self.executor != "ray" and (self.ray_address or self.workers or self.gpus_per_task is not None):
             raise ConfigError("--ray-address, --workers and --gpus-per-task need --executor ray")
-        if self.workers is not None and self.workers < 1:
-            raise ConfigError(f"--workers {self.workers} must be at least 1")
+        if self.workers is not None:
+            check_bound(self.workers, "--workers")
         if self.ray_address and self.workers:
             raise ConfigError("--workers sizes a local Ray instance; leave it out with --ray-address")
-        if self.gpus_per_task is not None and self.gpus_per_task < 0:
-            raise ConfigError(f"--gpus-per-task {self.gpus_per_task} must be 0 or more")
+        if self.gpus_per_task is not None and not 0 <= self.gpus_per_task <= MAX_GPUS_PER_TASK:
+            raise ConfigError(f"--gpus-per-task {self.gpus_per_task} is out of range; use 0 to {MAX_GPUS_PER_TASK} "
+                              "(a fraction shares a GPU between tasks)")
         if not self.config.models:
             raise ConfigError("a sweep needs models: give --model (repeat it) or 'models' in the config file")
         if self.revisions and any(split_revision(m)[1] for m in self.config.models):
             raise ConfigError("give revisions either in the model specs (NAME@REVISION) or as 'revisions', "
                               "not both")
+        check_bound(len(self.config.models) * max(1, len(self.revisions)), "tasks per sweep (models x revisions)")
         specs = self.specs
         if len(set(specs)) != len(specs):
             raise ConfigError(f"a model spec is listed twice in {list(specs)}; list each once")

@@ -24,7 +24,17 @@ import yaml
 from tqdm.auto import tqdm
 
 from ..errors import FORCE, OUT, OutputError
-from ..io import atomic_file, atomic_write_json, check_out_dir, may_replace, read_marker, remove_dir, write_marker
+from ..io import (
+    atomic_file,
+    atomic_write_json,
+    check_out_dir,
+    may_replace,
+    read_marker,
+    remove_dir,
+    resolve_out,
+    write_marker,
+)
+from ..paths import name_problem, safe_slug
 from ..provenance import library_versions
 from ..studies import get_study
 from ..studies.config import StudyConfig
@@ -44,7 +54,9 @@ log = logging.getLogger(__name__)
 def run_sweep(plan: SweepPlan, out: Path, force: bool = False, echo: Callable[[str], None] = print,
               inputs: Iterable[str | os.PathLike] = ()) -> dict:
     """Run every unfinished task of ``plan`` into ``out/tasks/``, then gather; returns the summary.
-    ``inputs``: input files beyond the plan's own (the sweep file); ``out`` never replaces one."""
+    ``inputs``: input files beyond the plan's own (the sweep file); ``out`` never replaces one. An ``out`` that
+    is a symbolic link is written through: the folder it points to is the sweep folder, the link stays."""
+    out = resolve_out(out)
     check_inputs(plan.study_config)  # a bad dataset or reference fails before any task starts
     prepare_out(plan, out, force, inputs)
     tasks = plan.tasks(out)
@@ -70,6 +82,7 @@ def prepare_out(plan: SweepPlan, out: Path, force: bool, inputs: Iterable[str | 
     """Make ``out`` ready: a new folder, or the folder of an earlier run of the same sweep settings
     (resumed). Another sweep's folder needs ``force``; a folder layerscope did not write, or one that
     holds an input (``inputs``, the plan's files and local models), is never replaced."""
+    out = resolve_out(out)
     inputs = [*inputs, *input_paths(plan.study_config.to_dict())]
     saved = out / "config.yaml"
     if (out / "tasks").is_dir() and saved.is_file() and (read_marker(out) or {}).get("kind") == "sweep":
@@ -91,7 +104,7 @@ def prepare_out(plan: SweepPlan, out: Path, force: bool, inputs: Iterable[str | 
 def written_figures(out: Path) -> set[str]:
     """The figures an earlier gather wrote into ``out`` (from its marker): the only files a rerun deletes."""
     names = (read_marker(out) or {}).get("figures")
-    return {n for n in names if isinstance(n, str) and n.endswith(".png") and n == Path(n).name} \
+    return {n for n in names if isinstance(n, str) and n.endswith(".png") and name_problem(n) is None} \
         if isinstance(names, list) else set()
 
 
@@ -121,7 +134,8 @@ def gather(plan: SweepPlan, out: Path, outcomes: dict[str, dict], seconds: float
     rows = task_rows(tasks, outcomes)
     with atomic_file(out / "table.csv", "w") as f:
         table.to_csv(f, index=False)
-    figures = metric_figures(profile_rows(table, plan.config))
+    figures = {safe_slug(metric, "metric"): fig for metric, fig in  # a plugin's metric names become file names
+               metric_figures(profile_rows(table, plan.config)).items()}
     dynamics = dynamics_figure(rows, f"{plan.config.study}: headline numbers over training")
     if dynamics is not None:
         figures["training_dynamics"] = dynamics

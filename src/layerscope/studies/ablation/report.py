@@ -4,7 +4,7 @@ error, sweep, and how the forward passes ran (prefix reuse)."""
 from __future__ import annotations
 
 from ...quant import RECIPES
-from ...report.markdown import md_table, number
+from ...report.markdown import md_table, md_text, number
 from ..caveats import warning_lines
 from ..result import StudyResult
 from .analysis import BROKEN_PPL_RATIO, H5_THRESHOLD
@@ -41,20 +41,21 @@ def report(result: StudyResult) -> str:
            "high-resource degradation. H5: protecting the first and last layers cuts the disparity by > 30%."), "",
            _method(result.config), "", *warning_lines(s)]
     for model, m in s["models"].items():
-        out += [f"## {model} ({m['n_layers']} decoder layers)", ""] + _passes(m.get("prefix_reuse"))
+        out += [f"## {md_text(model)} ({m['n_layers']} decoder layers)", ""] + _passes(m.get("prefix_reuse"))
         for label, v in m["variants"].items():
             rows = [c for c in v["per_config"] if not c["config"].startswith("only_L")]
-            out += [f"### {label}", "", _recipe_line(v), ""] + _blowup(v.get("all_quantized_ppl_ratio"), seed)
+            out += [f"### {md_text(label)}", "", _recipe_line(v), ""] + _blowup(v.get("all_quantized_ppl_ratio"), seed)
             out += _config_table(rows, seed)
             notes = {c["disparity_note"] for c in rows if c["disparity_note"] and not c.get("broken")}
-            out += [""] + [f"- disparity undefined where {note}" for note in sorted(notes)] + [""]
+            out += [""] + [f"- disparity undefined where {md_text(note)}" for note in sorted(notes)] + [""]
             out += _seed_verdicts(v["verdicts"]) if seed else _verdicts(v["verdicts"])
             out += ["", "Mean degradation per language (columns) and configuration:", "",
                     _per_language(result.table, model, v, [c["config"] for c in rows])]
             out += _layer_errors(v)
             if "sweep" in v:
                 out += ["", "Most sensitive single layer per language (largest NLL increase): "
-                        + ", ".join(f"{lang} L{layer}" for lang, layer in v["most_sensitive_layer"].items()) + "."]
+                        + ", ".join(f"{md_text(lang)} L{layer}" for lang, layer in v["most_sensitive_layer"].items())
+                        + "."]
             out.append("")
     return "\n".join(out)
 
@@ -62,7 +63,7 @@ def report(result: StudyResult) -> str:
 def _recipe_line(v: VariantSummary) -> str:
     """Which recipe produced this variant's numbers, and where it comes from."""
     recipe = RECIPES.get(v.get("recipe", "custom"))
-    how = f"{v['scheme']} scale, {'linear-layer weights' if v['targets'] == 'linear' else 'every weight'}"
+    how = f"{md_text(v['scheme'])} scale, {'linear-layer weights' if v['targets'] == 'linear' else 'every weight'}"
     if recipe is None:
         return f"Recipe: custom ({how}, {v.get('bits', '?')}-bit)."
     return f"Recipe: **{recipe.name}** ({how}, {v.get('bits', '?')}-bit): {recipe.source}."
@@ -97,7 +98,7 @@ def _layer_errors(v: VariantSummary) -> list[str]:
            + (". Beside it, the mean delta NLL per language of quantizing that layer alone (--sweep)." if langs
               else "."), "",
            md_table(["layer", "weight rel. error", "SQNR (dB)", "SQNR without first token (dB)",
-                     *(f"delta NLL {lang}" for lang in langs)],
+                     *(f"delta NLL {md_text(lang)}" for lang in langs)],
                     [[e["layer"], number(e["weight_rel_err"], 4), number(e["sqnr_db"], 2),
                       number(e["sqnr_db_excl_pos0"], 2), *(number(sweep.get((e["layer"], lang)), 3) for lang in langs)]
                      for e in errors])]
@@ -150,7 +151,8 @@ def _per_language(table, model: str, v: VariantSummary, configs: list[str]) -> s
                  & (table["targets"] == v["targets"]) & table["config"].isin(configs)]
     means = rows.groupby(["config", "lang"], sort=False)["value"].mean().unstack()
     langs = list(dict.fromkeys(rows["lang"]))
-    return md_table(["config", *langs], [[c, *(readable(means.loc[c, lang], 3) for lang in langs)] for c in configs])
+    return md_table(["config", *map(md_text, langs)],
+                    [[md_text(c), *(readable(means.loc[c, lang], 3) for lang in langs)] for c in configs])
 
 
 def _config_table(rows: list[ConfigRow], seed: bool) -> list[str]:
@@ -163,14 +165,15 @@ def _config_table(rows: list[ConfigRow], seed: bool) -> list[str]:
         return [md_table(
             ["config", "layers quantized", "mean ppl", "mean degradation", "D_HR", "D_LR", "disparity",
              "reduction vs all", "delta NLL HR", "delta NLL LR"],
-            [[c["config"], c["n_quantized"], readable(c["mean_ppl"], 4), readable(c["mean_degradation"], 4),
+            [[md_text(c["config"]), c["n_quantized"], readable(c["mean_ppl"], 4), readable(c["mean_degradation"], 4),
               readable(c["d_hr"], 4), readable(c["d_lr"], 4), _ratio(c["disparity_ratio"]),
               "n/a" if c["reduction_pct"] is None else f"{c['reduction_pct']:+.1f}%",
               number(c["delta_nll_hr"], 3), number(c["delta_nll_lr"], 3)] for c in rows])]
     return [md_table(
         ["config", "layers quantized", "median ppl / baseline", "mean degradation", "D_HR", "D_LR", "disparity",
          "disparity CI", "reduction vs all", "delta NLL HR", "delta NLL LR"],
-        [[c["config"], c["n_quantized"], readable(c.get("median_ppl_ratio"), 3), readable(c["mean_degradation"], 4),
+        [[md_text(c["config"]), c["n_quantized"], readable(c.get("median_ppl_ratio"), 3),
+          readable(c["mean_degradation"], 4),
           readable(c["d_hr"], 4), readable(c["d_lr"], 4),
           broken(c) if c.get("broken") else _ratio(c["disparity_ratio"]),
           "" if c.get("broken") else _ci(c.get("disparity_ci")),
@@ -183,7 +186,8 @@ def _seed_verdicts(verdict: Verdicts) -> list[str]:
     h5, out = verdict["h5"], []
     out.append(f"**H5: {h5['result']}**" + (f" ({h5['reduction_pct']:.1f}% reduction with gateway layers "
                                              "protected; the notebook's rule: > 30%, no interval)."
-                                             if h5.get("reduction_pct") is not None else f" ({h5.get('reason')})."))
+                                             if h5.get("reduction_pct") is not None
+                                             else f" ({md_text(h5.get('reason'))})."))
     if "halves" in verdict:
         h = verdict["halves"]
         out.append(f"- First half protected: disparity {_ratio(h['first_half_protected_ratio'])}, degradation "
@@ -194,7 +198,7 @@ def _seed_verdicts(verdict: Verdicts) -> list[str]:
                    f"{h['more_critical_for_degradation']} layers (the notebook's rule: the smaller point estimate).")
     if "synergy" in verdict:
         syn = verdict["synergy"]
-        out.append("- Synergy: " + (f"undetermined ({syn['reason']})" if syn["synergistic"] is None else
+        out.append("- Synergy: " + (f"undetermined ({md_text(syn['reason'])})" if syn["synergistic"] is None else
                                     f"expected (additive) {syn['expected_additive']:.3f}, gateway "
                                     f"{syn['gateway']:.3f} -> "
                                     + ("synergistic" if syn["synergistic"] else "no synergy")
@@ -207,7 +211,7 @@ def _verdicts(verdict: Verdicts) -> list[str]:
     where the interval of their difference excludes 0."""
     h5 = verdict["h5"]
     if h5.get("ci") is None:
-        out = [f"**H5: {h5['result']}** ({h5['reason']})."]
+        out = [f"**H5: {h5['result']}** ({md_text(h5['reason'])})."]
     else:
         lo, hi = h5["ci"]
         lolo = h5["lolo_range"]
@@ -216,8 +220,9 @@ def _verdicts(verdict: Verdicts) -> list[str]:
                f"{h5['n_resamples']:,} resamples within each language; threshold {H5_THRESHOLD:g}%: SUPPORTED needs "
                "the whole interval above it, NOT_SUPPORTED below it, else INCONCLUSIVE)."),
                "- Leave one language out: " + (f"{lolo[0]:+.1f}% to {lolo[1]:+.1f}%" if lolo else "undefined")
-               + " (" + ", ".join(f"without {lang} {'n/a' if x is None else f'{x:+.1f}%'}"
-                                  for lang, x in h5["without_language"].items()) + f"): {h5['short_robustness']}."]
+               + " (" + ", ".join(f"without {md_text(lang)} {'n/a' if x is None else f'{x:+.1f}%'}"
+                                  for lang, x in h5["without_language"].items())
+               + f"): {md_text(h5['short_robustness'])}."]
         if h5.get("n_undefined"):
             out.append(f"- {h5['n_undefined']} resamples left out: a disparity ratio was undefined in them.")
     if "halves" in verdict:
@@ -234,7 +239,7 @@ def _verdicts(verdict: Verdicts) -> list[str]:
                                level, h.get("degradation_reason")) + ".")
     if "synergy" in verdict:
         syn = verdict["synergy"]
-        out.append("- Synergy: " + (f"undetermined ({syn['reason']})" if "reason" in syn else
+        out.append("- Synergy: " + (f"undetermined ({md_text(syn['reason'])})" if "reason" in syn else
                                     f"expected (additive) {syn['expected_additive']:.3f}, gateway {syn['gateway']:.3f}"
                                     f", difference {syn['difference']:+.3f} ({syn['level']:.0%} CI "
                                     f"{_ci(syn['difference_ci'])}) -> {syn['label']}"))
@@ -245,6 +250,6 @@ def _critical(label: str | None, diff: float | None, ci: list[float] | None, lev
     """``"late layers (first - second half protected +0.31, 95% CI [+0.12, +0.50])"`` or ``"not significant
     (...)"``."""
     if label is None:
-        return f"undetermined ({why})"
+        return f"undetermined ({md_text(why)})"
     what = f"{label} layers" if label in ("early", "late") else label
     return f"{what} (first - second half protected {readable(diff, 3)}, {level} {_ci(ci)})"

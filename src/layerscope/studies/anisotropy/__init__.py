@@ -30,7 +30,7 @@ from ..manifest import manifest, model_entry
 from ..registry import register_study
 from ..result import StudyResult, make_table
 from ..runner import each_model
-from ..settings import ConfigError, Settings, setting
+from ..settings import MAX_LAYER, Settings, check_count, setting
 from .analysis import TOKEN_SETS, VERDICT_METRICS, analyse_states, headline_tokens
 from .figures import figures as draw_figures
 from .report import report as write_report
@@ -48,8 +48,8 @@ class AnisotropySettings(Settings):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.reference_lstar is not None and self.reference_lstar < 0:
-            raise ConfigError(f"--reference-lstar {self.reference_lstar} must be a layer number, 0 or more")
+        if self.reference_lstar is not None:
+            check_count(self.reference_lstar, "--reference-lstar", 0, MAX_LAYER, "it is a layer number")
 
 
 @register_study

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...report.markdown import md_table, method_line, number
+from ...report.markdown import md_table, md_text, method_line, number
 from ..caveats import MIN_N, warning_lines
 from ..result import StudyResult
 from .analysis import METRICS, MIN_SEGMENT, TOKEN_SETS
@@ -28,7 +28,7 @@ def report(result: StudyResult) -> str:
            *warning_lines(result.summary)]
     summary: AnisotropySummary = result.summary
     for model, s in summary["models"].items():
-        out += [f"## {model} ({s['n_layers']} layers, d = {s['hidden_dim']})", ""]
+        out += [f"## {md_text(model)} ({s['n_layers']} layers, d = {s['hidden_dim']})", ""]
         out += seed_sections(result, model, s) if "bell_verdict" not in s else default_sections(result, model, s)
         if s["outlier_verdict"]:
             out += ["### Is the top-1 share an outlier-dimension effect?", "", s["outlier_verdict"], ""]
@@ -75,8 +75,8 @@ def default_sections(result: StudyResult, model: str, s: AnisotropyModel) -> lis
     out += ["### Sensitivity checks", "",
             md_table(["profile", "L*", "bell label", "changes the headline"],
                      [[f"headline ({TOKEN_SETS[s['primary']]})", s["l_star"], bell_label(head['bell']), "-"]]
-                     + [[c["check"], c["value"], c["label"], _flip(c)] for c in s["checks"]]), "",
-            f"**Robustness of L* and the bell label:** {s['robustness']}.", ""]
+                     + [[md_text(c["check"]), c["value"], c["label"], _flip(c)] for c in s["checks"]]), "",
+            f"**Robustness of L* and the bell label:** {md_text(s['robustness'])}.", ""]
     for tokens, t in s["token_sets"].items():
         primary = " (headline)" if tokens == s["primary"] else ""
         post = t["post_norm"]
@@ -100,8 +100,9 @@ def driver_lines(s: AnisotropyModel) -> list[str]:
               "n/a" if w["share_left"] is None else f"{w['share_left']:.0%}"] for w in d["without"]]
     return [f"### What drives L* = {d['layer']}", "",
             md_table([f"tokens / dimensions at layer {d['layer']}", "λ1/Σλ", "share left"], rows), "",
-            f"**Driver:** {d['label']}. Rule: the exclusion (position 0, the mid-sentence massive-activation tokens, "
-            f"the outlier dimensions) that leaves the least of the top-1 share at L*, if it leaves less than "
+            f"**Driver:** {d['label']}. Rule: the exclusion (position 0, the mid-sentence "
+            f"massive-activation tokens, the outlier dimensions) that leaves the least of the top-1 share at L*, if "
+            f"it leaves less than "
             f"{DRIVER_SHARE:.0%}; else position 0 and the massive tokens together; else none of these.", "",
             "Each token set's L* and its driver (the same decomposition within that set): "
             + "; ".join(f"{TOKEN_SETS[k]}: L* = {t['l_star']}, {t['driver']['label']}"
@@ -127,7 +128,8 @@ def massive_lines(s: AnisotropyModel) -> list[str]:
            + (f" (layers {', '.join(map(str, m['layers']))})." if m["layers"] else "."), ""]
     if m["mid_sentence"]:
         out += [md_table(["text", "position", "token", "token id", "massive at layers"],
-                         [[t["text"], t["position"], "n/a" if t["token"] is None else repr(t["token"]), t["token_id"],
+                         [[md_text(t["text"]), t["position"],
+                           "n/a" if t["token"] is None else md_text(repr(t["token"])), t["token_id"],
                            ", ".join(map(str, t["layers"]))] for t in m["mid_sentence"]]), ""]
     return out
 

@@ -27,7 +27,16 @@ from ..manifest import add_timings, manifest, model_entry
 from ..registry import register_study
 from ..result import StudyResult, make_table
 from ..runner import each_model
-from ..settings import LAYERS_HELP, ConfigError, Settings, by_compat, layers_setting, select_layers, setting
+from ..settings import (
+    LAYERS_HELP,
+    ConfigError,
+    Settings,
+    by_compat,
+    check_count,
+    layers_setting,
+    select_layers,
+    setting,
+)
 from .analysis import VERDICT_METRICS, analyse_pass, cross_model_rows
 from .figures import figures as draw_figures
 from .report import headline_line
@@ -36,6 +45,8 @@ from .summary import AtlasModel, AtlasSummary
 
 MIN_RESAMPLES, MAX_RESAMPLES = 20, 10_000
 """Bounds of ``--boundary-resamples``: fewer cannot give a 95 % interval; more multiplies the analysis time."""
+MAX_TOKENS = 10**9
+"""Bound of ``--max-tokens`` (the pass streams, so only time grows with it)."""
 
 
 @dataclass(frozen=True)
@@ -57,14 +68,11 @@ class AtlasSettings(Settings):
     def __post_init__(self):
         super().__post_init__()
         object.__setattr__(self, "layers", layers_setting(self.layers))
-        if self.max_tokens is not None and (isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int)
-                                            or self.max_tokens < 2):
-            raise ConfigError(f"--max-tokens {self.max_tokens} must be a whole number of at least 2 (a covariance "
-                              "needs 2 token states); leave it out to measure every text")
-        r = self.boundary_resamples
-        if isinstance(r, bool) or not isinstance(r, int) or not MIN_RESAMPLES <= r <= MAX_RESAMPLES:
-            raise ConfigError(f"--boundary-resamples {r!r} must be a whole number from {MIN_RESAMPLES} to "
-                              f"{MAX_RESAMPLES} (each resample refits every measure's boundaries); 200 is the default")
+        if self.max_tokens is not None:
+            check_count(self.max_tokens, "--max-tokens", 2, MAX_TOKENS, "a covariance needs 2 token states; leave "
+                        "it out to measure every text")
+        check_count(self.boundary_resamples, "--boundary-resamples", MIN_RESAMPLES, MAX_RESAMPLES,
+                    "each resample refits every measure's boundaries; 200 is the default")
         for option, value, allowed in (("--entropy-convention", self.entropy_convention, CONVENTIONS),
                                        ("--twonn-estimator", self.twonn_estimator, ESTIMATORS)):
             if value not in allowed:

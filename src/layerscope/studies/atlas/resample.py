@@ -13,13 +13,15 @@ and the unbiased HSIC would count as a pair. The covariance top-1 share of a res
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from ...engine.atlas import AtlasPass
 from ...measures.cka_debiased import debiased_cka_from_grams, gram
-from ...measures.entropy import matrix_entropy
+from ...measures.entropy import gram_entropy, matrix_entropy
 from ...measures.intrinsic import pairwise_distances, twonn_from_distances
 
 MAX_RESAMPLED_TEXTS = 2000
@@ -118,7 +120,10 @@ def pooled_profiles(p: AtlasPass, w: np.ndarray, s: int, twonn: str,
             if len(u) >= 4 and previous is not None:
                 cka[r, j - 1] = debiased_cka_from_grams(previous[np.ix_(u, u)], centred[np.ix_(u, u)])
         twonn_id[:, j] = _each(subsets, pairwise_distances(x), lambda d: twonn_from_distances(d, twonn), 3)
-        entropy[:, j] = [_entropy(x[u], p.convention) if len(u) >= 2 else np.nan for u in subsets]
+        raw = x @ x.T
+        with ThreadPoolExecutor(os.cpu_count()) as pool:  # the eigensolver releases the GIL: one per core
+            entropy[:, j] = list(pool.map(lambda u, x=x, raw=raw: _entropy(x, raw, u, p.convention)
+                                          if len(u) >= 2 else np.nan, subsets))
         previous = centred
     return {"cka_next": (p.layers[:-1], cka[:, :-1]), "twonn_id": (p.layers, twonn_id),
             "dataset_entropy": (p.layers, entropy)}
@@ -129,9 +134,12 @@ def _each(subsets: list[np.ndarray], matrix: np.ndarray, measure: Callable[[np.n
     return np.array([measure(matrix[np.ix_(u, u)]) if len(u) >= least else np.nan for u in subsets])
 
 
-def _entropy(x: np.ndarray, convention: str) -> float:
-    """The normalised dataset entropy of the pooled vectors x (m, d) in the pass's convention; NaN if undefined."""
+def _entropy(x: np.ndarray, raw: np.ndarray, u: np.ndarray, convention: str) -> float:
+    """The normalised dataset entropy of the pooled vectors ``x[u]`` (m, d) in the pass's convention, from the
+    subset of their raw Gram ``raw`` where that is exact (m <= d, or the raw convention); NaN if undefined."""
+    if len(u) <= x.shape[1] or convention == "raw":
+        return gram_entropy(raw[np.ix_(u, u)], x.shape[1], convention)
     try:
-        return matrix_entropy(x, convention).normalised_entropy
+        return matrix_entropy(x[u], convention).normalised_entropy
     except ValueError:
         return float("nan")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ...engine.pooling import POOLINGS
-from ...report.markdown import md_table, method_line, number, signed
+from ...report.markdown import md_table, md_text, method_line, number, signed
 from ..caveats import legend_lines, warning_lines
 from ..length import length_paragraph
 from ..result import StudyResult
@@ -33,16 +33,16 @@ def report(result: StudyResult) -> str:
     table = on_subset(result.table)
     for model, s in summary["models"].items():
         rows = table[table["model"] == model]
-        out += [f"## {model} ({s['n_layers']} layers, {s['n_categories']} categories)", ""]
+        out += [f"## {md_text(model)} ({s['n_layers']} layers, {s['n_categories']} categories)", ""]
         if "checks" in s:
             out += verdict_section(s, level) + checks_section(s, level)
             out += [f"### Pooling comparison at the last tested layer ({s['headline_layer']})", ""]
-            out += [comparison_table(s["pooling_comparison"], level), "", s["pooling_effect"], ""]
-            out += [f"- **{p}**: {why}." for p, why in s["not_applicable"].items()]
+            out += [comparison_table(s["pooling_comparison"], level), "", md_text(s["pooling_effect"]), ""]
+            out += [f"- **{md_text(p)}**: {md_text(why)}." for p, why in s["not_applicable"].items()]
             out += ["", *influence_section(rows, s)]
         else:
             out += [f"### Pooling comparison at the final layer ({s['n_layers']})", ""]
-            out += [seed_table(s["pooling_comparison"]), "", s["pooling_effect"], ""]
+            out += [seed_table(s["pooling_comparison"]), "", md_text(s["pooling_effect"]), ""]
         out += ["### Layer by layer", "", profile_table(rows, s)]
         if "checks" in s:
             out += ["", f"Layers with q < {1 - level:.2g}: "
@@ -91,15 +91,16 @@ def verdict_section(s: DivergenceModel, level: float) -> list[str]:
     noise = len(s["sign_flips_within_noise"]["mean"])
     return ["### Verdict", "",
             f"Tested layers: {layer_span(s['layers'])}. At the last tested layer ({head['layer']}), mean pooling: "
-            f"r(UA, pref) = {signed(head['r'])}, **{head['label']}**; {interval_text(head, level)}.{stage}", "",
+            f"r(UA, pref) = {signed(head['r'])}, **{head['label']}**; {md_text(interval_text(head, level))}."
+            f"{stage}", "",
             f"Divergence points (mean pooling): {where}" + (f"; {noise} sign flip(s) within noise" if noise else "")
-            + ".", "", f"Robustness: {s['robustness'] or 'no checks'}.", ""]
+            + ".", "", f"Robustness: {md_text(s['robustness'] or 'no checks')}.", ""]
 
 
 def checks_section(s: DivergenceModel, level: float) -> list[str]:
     """The headline recomputed under each sensitivity check, then the length control."""
-    rows = [[c["check"], signed(c["value"]), number(c["p_perm"]), number(c["q"]), interval_text(c, level),
-             c["label"], "yes" if c["flips"] else "no"] for c in s["checks"]]
+    rows = [[md_text(c["check"]), signed(c["value"]), number(c["p_perm"]), number(c["q"]),
+             md_text(interval_text(c, level)), c["label"], "yes" if c["flips"] else "no"] for c in s["checks"]]
     return ["### Sensitivity checks", "",
             f"The verdict at layer {s['headline_layer']} (mean pooling) recomputed under each check; it flips when "
             "significance or the sign of r changes.", "",
@@ -112,13 +113,14 @@ def comparison_table(comparison: list[PoolingVerdict], level: float) -> str:
     p, p_perm, q and the verdict."""
     def fisher(c: PoolingVerdict) -> str:
         if c["interval"] == "leave-one-out range":
-            return fisher_z_note(c)
+            return md_text(fisher_z_note(c))
         return f"[{signed(c['fisher_z'][0])}, {signed(c['fisher_z'][1])}]"
 
     return md_table(["pooling", "r(UA, output)", f"{level:.0%} CI (Fisher-z)", "leave-one-out r", "p", "p_perm", "q",
                      "verdict"],
                     [[c["pooling"], signed(c["r"]), fisher(c), f"[{signed(c['loo_range'][0])}, "
-                      f"{signed(c['loo_range'][1])}]", number(c["p"]), number(c["p_perm"]), number(c["q"]), c["label"]]
+                      f"{signed(c['loo_range'][1])}]", number(c["p"]), number(c["p_perm"]), number(c["q"]),
+                      c["label"]]
                      for c in comparison])
 
 
@@ -133,7 +135,7 @@ def influence_section(rows: pd.DataFrame, s: DivergenceModel) -> list[str]:
     pref = rows[rows["metric"] == "pref"].set_index("category")["value"]
     ua = rows[(rows["metric"] == "ua") & (rows["pooling"] == "mean") & (rows["layer"] == layer)]
     ua = ua.set_index("category")["value"]
-    table = [[name, signed(pref.get(name)), signed(ua.get(name)), signed(spread["loo_r"][name]),
+    table = [[md_text(name), signed(pref.get(name)), signed(ua.get(name)), signed(spread["loo_r"][name]),
               number(spread["cooks"][name]), "yes" if name in spread["flagged"] else ""] for name in s["categories"]]
     return [f"### Influence of each category at layer {layer} (mean pooling)", "",
             f"r = {signed(spread['r'])} on all categories; leave-one-out range [{signed(spread['range'][0])}, "
@@ -176,7 +178,7 @@ def leave_one_out_section(table: pd.DataFrame, model: str, s: DivergenceModel) -
             if layer in wide.index]
     return ["### Leave-one-category-out r (mean pooling)", "",
             "r over the other categories with each one left out, at every tested layer.", "",
-            md_table(["layer", *columns], body), ""]
+            md_table(["layer", *map(md_text, columns)], body), ""]
 
 
 def point_lines(pooling: str, points: list[SignChange], sign: str | None, noise: list[SignChange] | None = None,
@@ -184,7 +186,7 @@ def point_lines(pooling: str, points: list[SignChange], sign: str | None, noise:
     """The sign changes of one pooling; by default (``noise`` given) the divergence points (significant flips,
     with q), then the sign flips within noise, or why the pooling is not applicable."""
     if not_applicable and pooling in not_applicable:
-        return [f"- **{pooling}**: n/a: {not_applicable[pooling]}."]
+        return [f"- **{pooling}**: n/a: {md_text(not_applicable[pooling])}."]
     kind = "divergence point" if noise is not None else "sign change"
     lines = [f"- **{pooling}**: {kind} between layer {p['layer_before']} (r = {signed(p['r_before'])}) and layer "
              f"{p['layer_after']} (r = {signed(p['r_after'])})" + (f", q = {number(p['q'])}" if "q" in p else "")
@@ -206,8 +208,9 @@ def without_section(s: DivergenceModel) -> list[str]:
     w = s["without_category"]
     full = {c["pooling"]: c["r"] for c in s["pooling_comparison"]}
     where = f"r at layer {s['headline_layer']}" if "headline_layer" in s else "final r"
-    out = [f"### Without {w['category']} ({w['n_categories']} categories)", "",
-           md_table(["pooling", f"{where}, all", f"{where}, without {w['category']}", "change"],
+    dropped = md_text(w["category"])
+    out = [f"### Without {dropped} ({w['n_categories']} categories)", "",
+           md_table(["pooling", f"{where}, all", f"{where}, without {dropped}", "change"],
                     [[p, signed(full[p]), signed(w["final_r"][p]), _change(full[p], w["final_r"][p])]
                      for p in POOLINGS]), "", "Mean pooling without it:", ""]
     return out + point_lines("mean", w["divergence_points"], w["sign_throughout"],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...report.markdown import md_table, method_line, number, signed
+from ...report.markdown import md_table, md_text, method_line, number, signed
 from ..caveats import legend_lines, warning_lines
 from ..length import length_paragraph
 from ..result import StudyResult
@@ -45,7 +45,8 @@ def report(result: StudyResult) -> str:
     for model, s in summary["models"].items():
         level = f"{s['ci_level']:.0%}"
         rows = table[table["model"] == model]
-        out += [f"## {model}: {s['n_pairs']} pairs, {s['pooling']} pooling, {s['n_bootstrap']:,} resamples", ""]
+        out += [f"## {md_text(model)}: {s['n_pairs']} pairs, {s['pooling']} pooling, {s['n_bootstrap']:,} resamples",
+                ""]
         out += stage_lines(s)
         if "centroids" in s:
             out += [f"Centroids: {CENTROIDS[s['centroids']]}.", ""]
@@ -100,8 +101,8 @@ def phase_section(s: PhasesModel, level: str) -> list[str]:
             f"needs at least {MIN_PHASE_LAYERS} tested layers with a defined r."), "",
             pattern_line(s), "",
             (f"Last tested layer ({s['final_layer']}{stage}): r = {signed(s['final_r'])}, p_perm = "
-            f"{number(s.get('final_p_perm'))}, q = {number(s['final_q'])} -> **{s['late_inversion']}** (confirmed "
-            f"only when r < {signed(LATE_BELOW, 1)} with q < {1 - s['ci_level']:.2g})."), ""]
+            f"{number(s.get('final_p_perm'))}, q = {number(s['final_q'])} -> **{s['late_inversion']}** "
+            f"(confirmed only when r < {signed(LATE_BELOW, 1)} with q < {1 - s['ci_level']:.2g})."), ""]
 
 
 def pattern_line(s: PhasesModel) -> str:
@@ -122,13 +123,13 @@ def checks_section(s: PhasesModel) -> list[str]:
     """The pattern and the late-layer verdict under each sensitivity check, and whether either flips."""
     if not s["checks"]:
         return []
-    rows = [[c["check"], c["n_pairs"], *(signed(c["phases"][phase], 2) for phase in ("early", "mid", "late")),
+    rows = [[md_text(c["check"]), c["n_pairs"], *(signed(c["phases"][phase], 2) for phase in ("early", "mid", "late")),
              c["pattern"], signed(c["value"]), c["late"], flips(c)] for c in s["checks"]]
     return ["### Sensitivity checks", "",
             ("The same analysis without position 0 or without the massive-activation tokens in the mean, with the "
             "final layer after the final norm, and with each category left out in turn."), "",
             md_table(["check", "pairs", "early", "mid", "late", "pattern", "last-layer r", "last-layer verdict",
-                      "flips"], rows), "", f"**Robustness:** {s['robustness']}.", ""]
+                      "flips"], rows), "", f"**Robustness:** {md_text(s['robustness'])}.", ""]
 
 
 def flips(check: PhasesCheck) -> str:
@@ -150,14 +151,14 @@ def comparison_section(rows: list[ComparisonRow]) -> list[str]:
                       "row *not directly comparable* was computed on other data, layers or token rules than this run "
                       "(or does not say how): read it as context, not as a replication."), ""]
     out.append(md_table(["model", "early", "mid", "late", "source"],
-                        [[row["model"], signed(row["early"], 2), signed(row["mid"], 2), signed(row["late"], 2),
-                          row["source"]] for row in rows]))
+                        [[cell(row["model"]), signed(row["early"], 2), signed(row["mid"], 2), signed(row["late"], 2),
+                          cell(row["source"])] for row in rows]))
     return out + ["", "Rows marked *published* are figures quoted in the phases notebook, not recomputed here.", ""]
 
 
 def cell(text) -> str:
-    """A table cell: ``|`` escaped so free text from a reference file cannot break the table."""
-    return str(text).replace("|", "\\|")
+    """``cell(row["model"])``: free text from a reference file as a table cell, text and never markup."""
+    return md_text(text)
 
 
 def layer_table(rows: pd.DataFrame, level: str, seed: bool) -> list[str]:
@@ -196,9 +197,10 @@ def without_section(s: PhasesModel) -> list[str]:
     """Phase means, pattern and late-inversion verdict with and without the dropped category."""
     w = s["without_category"]
     last = "final r" if "late_label" not in s else f"r at layer {s['final_layer']}"
+    dropped = md_text(w["category"])
     phases = md_table(["", *s["phases"], "pattern", last, "late layer"],
                       [["all pairs", *(signed(p["mean"]) for p in s["phases"].values()), s["pattern"],
                         signed(s["final_r"]), s["late_inversion"]],
-                       [f"without {w['category']}", *(signed(p["mean"]) for p in w["phases"].values()), w["pattern"],
+                       [f"without {dropped}", *(signed(p["mean"]) for p in w["phases"].values()), w["pattern"],
                         signed(w["final_r"]), w["late_inversion"]]])
-    return [f"### Without {w['category']} ({w['n_pairs']} pairs)", "", phases, ""]
+    return [f"### Without {dropped} ({w['n_pairs']} pairs)", "", phases, ""]

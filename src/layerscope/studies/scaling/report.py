@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from ...report.markdown import md_table, method_line, number, signed
+from ...report.markdown import md_table, md_text, method_line, number, signed
 from ..caveats import legend_lines, warning_lines
 from ..result import StudyResult
 from .summary import PeakCheck, PeakVerdict, ScalingModel, ScalingSummary, SignChange
@@ -28,7 +28,8 @@ def report(result: StudyResult) -> str:
     out.append(md_table(
         ["model", "family", "layers", "tested", "peak r", "peak @", "q", f"{level:.0%} CI", "counts",
          "most negative r", "at", "last tested layer r", "sign changes (% depth)", "sign flips within noise"],
-        [[model, m["family"], m["n_layers"], layer_list(m["layers"]), signed(m["max_pos_r"]), at(m, "max_pos"),
+        [[md_text(model), md_text(m["family"]), m["n_layers"], layer_list(m["layers"]), signed(m["max_pos_r"]),
+          at(m, "max_pos"),
           number(m["max_pos_q"]), interval(m["max_pos_ci"]), "yes" if m["max_pos_significant"] else "no",
           signed(m["max_neg_r"]), at(m, "max_neg"), f"L{m['final_layer']}: {signed(m['final_r'])}",
           flips(m["sign_changes"]), flips(m["sign_flips_within_noise"])]
@@ -42,7 +43,8 @@ def report(result: StudyResult) -> str:
             "category left out. A check flips the peak when its significance changes or when it moves by at least "
             "10 points of depth.", ""]
     for model, m in s["models"].items():
-        out += [f"### {model}", "", f"Peak: {m['peak']}.", "", f"Checks: {m['robustness'] or 'none'}.", "",
+        out += [f"### {md_text(model)}", "", f"Peak: {m['peak']}.", "",
+                f"Checks: {md_text(m['robustness'] or 'none')}.", "",
                 check_table(m["checks"]), ""]
     return "\n".join(out + answer_lines(s["peak_stability"]))
 
@@ -52,32 +54,34 @@ def answer_lines(stability: PeakVerdict) -> list[str]:
     out = ["## Answer", "", f"Rule: {stability['rule']}.", ""]
     out.append(md_table(["family", "models", "significant peaks", "peak depths", "mean", "range (points)",
                          "sd, n - 1 (points)", "verdict"],
-                        [[f["family"], ", ".join(f["models"]), ", ".join(f["significant"]) or "none",
+                        [[md_text(f["family"]), md_text(", ".join(f["models"])),
+                          md_text(", ".join(f["significant"]) or "none"),
                           ", ".join(f"{p:.0f}%" for p in f["peak_pcts"]) or "none", pct(f["mean_peak_pct"]),
                           pct(f["range_peak_pct"]), pct(f["sd_peak_pct"]), f["verdict"]]
                          for f in stability["families"]]))
-    out += ["", f"**{stability['answer']}**", ""]
+    out += ["", f"**{md_text(stability['answer'])}**", ""]
     if stability["caveats"]:
-        out += [f"Caveat: {caveat}." for caveat in stability["caveats"]] + [""]
+        out += [f"Caveat: {md_text(caveat)}." for caveat in stability["caveats"]] + [""]
     if stability["checks"]:
         out += ["The verdict under each check (the peaks each model's check found):", "",
                 md_table(["check", "verdict", "range (points)", "flips", "reason"],
-                         [[c["check"], c["label"], pct(c["value"]), "yes" if c["flips"] else "no", c["reason"] or ""]
-                          for c in stability["checks"]]), "", f"Verdict: {stability['robustness']}.", ""]
+                         [[md_text(c["check"]), c["label"], pct(c["value"]), "yes" if c["flips"] else "no",
+                           md_text(c["reason"] or "")] for c in stability["checks"]]), "",
+                f"Verdict: {md_text(stability['robustness'])}.", ""]
     return out
 
 
 def check_table(checks: list[PeakCheck]) -> str:
     """One row per sensitivity check of a model's peak."""
     return md_table(["check", "categories", "peak", "r", "q", "flips"],
-                    [[c["check"], c["n_categories"], c["label"], signed(c["r"]), number(c["q"]),
+                    [[md_text(c["check"]), c["n_categories"], c["label"], signed(c["r"]), number(c["q"]),
                       "yes" if c["flips"] else "no"] for c in checks])
 
 
 def tests_table(models: dict[str, ScalingModel], level: float) -> list[str]:
     """Per model: the peak r's interval and q, Spearman rho at that layer, and the layers whose r has q < 1 - level."""
     return [md_table(["model", "peak r", f"{level:.0%} CI", "q", "rho there", f"layers with q < {1 - level:.2g}"],
-                     [[model, signed(m["max_pos_r"]), interval(m["max_pos_ci"]), number(m["max_pos_q"]),
+                     [[md_text(model), signed(m["max_pos_r"]), interval(m["max_pos_ci"]), number(m["max_pos_q"]),
                        signed(m["max_pos_rho"]), ", ".join(map(str, m["significant_layers"])) or "none"]
                       for model, m in models.items()])]
 
@@ -92,7 +96,8 @@ def seed_report(result: StudyResult) -> str:
            "## Per model", ""]
     out.append(md_table(
         ["model", "layers", "peak r", "peak @", "most negative r", "at", "final r", "sign changes (% depth)"],
-        [[model, m["n_layers"], signed(m["max_pos_r"]), at(m, "max_pos"), signed(m["max_neg_r"]), at(m, "max_neg"),
+        [[md_text(model), m["n_layers"], signed(m["max_pos_r"]), at(m, "max_pos"), signed(m["max_neg_r"]),
+          at(m, "max_neg"),
           signed(m["final_r"]), ", ".join(f"L{c['layer_before']}-L{c['layer_after']} (~{c['midpoint_pct']:.0f}%)"
                                           for c in m["sign_changes"]) or "none"]
          for model, m in s["models"].items()]))
@@ -104,7 +109,7 @@ def seed_report(result: StudyResult) -> str:
         out.append(f"Peak positions: mean {stability['mean_peak_pct']:.1f}% depth, standard deviation "
                    f"{stability['std_peak_pct']:.1f} points (stable below 10).")
         out.append("")
-    out += [f"**{stability['answer']}**", ""]
+    out += [f"**{md_text(stability['answer'])}**", ""]
     return "\n".join(out)
 
 
