@@ -58,7 +58,11 @@ def atlas_boundaries(model: str, p: AtlasPass, n_resamples: int, seed: int, l_st
     rows = [layer_row(model, b.value, p.n_layers, "boundary", float(b.value), n=b.n, ci_lo=b.ci_lo, ci_hi=b.ci_hi,
                       family=b.family, variant=variant, support=b.support, boundary=b.index)
             for variant, fit in fits.items() for b in fit.intervals]
-    return summarise(fits, p.layers, tol, n_resamples, l_star), rows
+    summary = summarise(fits, p.layers, tol, n_resamples, l_star)
+    if p.kept_tokens == 0:
+        summary["variants"]["excl_massive"]["why"] = ("no token left in the set: every token is at position 0 or "
+                                                      "massive at some block output")
+    return summary, rows
 
 
 def summarise(fits: dict[str, BoundaryFit], layers: list[int], tol: int, n_resamples: int,
@@ -78,7 +82,7 @@ def summarise(fits: dict[str, BoundaryFit], layers: list[int], tol: int, n_resam
     return {"families": {f: list(m) for f, m in FAMILIES.items()}, "per_metric": main.measures,
             "per_family": main.families, "skipped": main.skipped, "consensus": consensus,
             "intervals": [b.__dict__ for b in main.intervals],
-            "variants": {v: {"consensus": f.consensus, "per_family": f.families,
+            "variants": {v: {"consensus": f.consensus, "per_family": f.families, "why": _why(f),
                              "intervals": [b.__dict__ for b in f.intervals if b.family == CONSENSUS]}
                          for v, f in fits.items() if v != "default"},
             "moved": moved, "fragile": fragile, "massive_driven": massive, "tolerance": tol,
@@ -87,3 +91,11 @@ def summarise(fits: dict[str, BoundaryFit], layers: list[int], tol: int, n_resam
             "l_star": int(l_star), "l_star_families": [f for f in FAMILIES if L_STAR_MEASURE not in FAMILIES[f]],
             "l_star_consensus": without,
             "l_star_distance": min(abs(l_star - b) for b in without) if without else None}
+
+
+def _why(fit: BoundaryFit) -> str | None:
+    """Why a variant has no consensus: its measures' reasons, or None when it has one."""
+    if fit.consensus is not None:
+        return None
+    reasons = sorted(set(fit.skipped.values()))
+    return f"every measure: {'; '.join(reasons)}" if reasons else "no family had a finite profile"

@@ -138,9 +138,9 @@ def fragility_sentence(b: Boundaries) -> str:
         else:
             words.append(f"The {name} boundary stays within {b['tolerance']} layer(s) under every check that "
                          "could run.")
-    unfit = [v for v in b["variants"] if b["variants"][v]["consensus"] is None]
+    unfit = {v: x["why"] for v, x in b["variants"].items() if x["consensus"] is None}
     if unfit:
-        words.append(f"Could not be checked (too few layers or no finite profile): {', '.join(unfit)}.")
+        words.append("Could not be checked: " + "; ".join(f"{v} ({md_text(why)})" for v, why in unfit.items()) + ".")
     massive = b["massive_driven"]
     words.append(f"Families whose boundaries move by more than the tolerance without position 0 and the massive "
                  f"tokens (dominated by them): {', '.join(massive)}." if massive else

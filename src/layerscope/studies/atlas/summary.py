@@ -32,6 +32,8 @@ class Variant(TypedDict):
     per_family: dict[str, list[int]]
     intervals: list[Interval]
     """The consensus boundaries' intervals under this variant."""
+    why: str | None
+    """Why the variant has no consensus (e.g. no token left without the massive ones); None when it has one."""
 
 
 class Boundaries(TypedDict):
