@@ -69,3 +69,19 @@ def make_lm(arch, adds_bos=False, n_layers=3):
     return lm
 
 
+def lens_token_ce(lm, arch, r, layer):
+    """(T - 1,) next-token cross-entropy of head(final_norm(h_layer)) at each position of reference text ``r``, a
+    token at a time in float64, with the model's own softcap."""
+    norm = lm.model.get_submodule(FINAL_NORM[arch])
+    head = lm.model.get_output_embeddings()
+    cap = getattr(lm.model.config, "final_logit_softcapping", None)
+    out = []
+    with torch.no_grad():
+        for k in range(len(r["ids"]) - 1):
+            logits = norm(r["hidden"][layer][k]).double() @ head.weight.double().T
+            if head.bias is not None:
+                logits = logits + head.bias.double()
+            if cap:
+                logits = torch.tanh(logits / cap) * cap
+            out.append(-torch.log_softmax(logits, dim=-1)[r["ids"][k + 1]].item())
+    return np.array(out)

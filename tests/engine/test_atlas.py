@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import tiny
-from atlas_reference import FINAL_NORM, TEXTS, cos, make_lm, massive_flags, output_tensor, reference
+from atlas_reference import TEXTS, cos, lens_token_ce, make_lm, massive_flags, output_tensor, reference
 from layerscope import ExtractionError
 from layerscope.engine.atlas import atlas_pass, prefix_within, prompt_entropy_sums
 from layerscope.models.info import decoder_layers
@@ -61,20 +61,7 @@ def naive_pooled(r, bos_id, layer):
 
 def naive_lens_ce(lm, arch, ref, layer):
     """Mean next-token cross-entropy of head(final_norm(h_layer)) over every scored token, a token at a time."""
-    norm = lm.model.get_submodule(FINAL_NORM[arch])
-    head = lm.model.get_output_embeddings()
-    cap = getattr(lm.model.config, "final_logit_softcapping", None)
-    losses = []
-    with torch.no_grad():
-        for r in ref:
-            for t in range(len(r["ids"]) - 1):
-                logits = norm(r["hidden"][layer][t]).double() @ head.weight.double().T
-                if head.bias is not None:
-                    logits = logits + head.bias.double()
-                if cap:
-                    logits = torch.tanh(logits / cap) * cap
-                losses.append(-torch.log_softmax(logits, dim=-1)[r["ids"][t + 1]].item())
-    return np.mean(losses)
+    return np.mean(np.concatenate([lens_token_ce(lm, arch, r, layer) for r in ref]))
 
 
 def model_nll(ref):

@@ -3,10 +3,9 @@ unbatched forward passes, for every real token (set 0) and without position 0 an
 
 import numpy as np
 import pytest
-import torch
 
 import tiny
-from atlas_reference import FINAL_NORM, TEXTS, cos, make_lm, massive_flags, reference
+from atlas_reference import TEXTS, cos, lens_token_ce, make_lm, massive_flags, reference
 from layerscope.engine import atlas_sums
 from layerscope.engine.atlas import atlas_pass
 
@@ -58,27 +57,10 @@ def test_pooled_without_position_0_and_massive_tokens(case):
                 assert np.isnan(got.texts.pooled[1, i, layer]).all()
 
 
-def lens_ce_per_token(lm, arch, r, layer):
-    """(T - 1,) next-token cross-entropy of head(final_norm(h_layer)) at each position, a token at a time."""
-    norm = lm.model.get_submodule(FINAL_NORM[arch])
-    head = lm.model.get_output_embeddings()
-    cap = getattr(lm.model.config, "final_logit_softcapping", None)
-    out = []
-    with torch.no_grad():
-        for k in range(len(r["ids"]) - 1):
-            logits = norm(r["hidden"][layer][k]).double() @ head.weight.double().T
-            if head.bias is not None:
-                logits = logits + head.bias.double()
-            if cap:
-                logits = torch.tanh(logits / cap) * cap
-            out.append(-torch.log_softmax(logits, dim=-1)[r["ids"][k + 1]].item())
-    return np.array(out)
-
-
 def test_lens_per_text(case):
     arch, _, got, ref = case
     for i, r in enumerate(ref):
-        ce = lens_ce_per_token(case[1], arch, r, 1)
+        ce = lens_token_ce(case[1], arch, r, 1)
         keep = kept(r)[:-1]  # position k predicts k + 1: it counts when its own state is kept
         assert got.texts.scored[0, i] == len(r["ids"]) - 1
         assert got.texts.scored[1, i] == keep.sum()
