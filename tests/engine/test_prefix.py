@@ -80,6 +80,29 @@ def test_stand_ins_put_every_block_back_also_when_the_body_raises():
         assert torch.equal(lm.model(ids).logits, before)
 
 
+
+def test_stand_ins_give_back_a_forward_set_on_the_instance():
+    """accelerate's device hooks (and intervened()) put a ``forward`` on the block instance: it comes back."""
+    lm = tiny.tiny_lm("llama", n_layers=N_LAYERS)
+    blocks = decoder_layers(lm.model)
+    calls = []
+    bound = blocks[1].forward
+
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        return bound(*args, **kwargs)
+
+    blocks[1].forward = wrapped
+    ids = lm.tokenizer(tiny.TEXTS[0], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        with stand_ins(blocks, 3, torch.randn(1, ids.shape[1], 32)):
+            lm.model(ids)
+        assert calls == [] and vars(blocks[1])["forward"] is wrapped
+        assert not any("forward" in vars(blocks[k]) for k in (0, 2))
+        lm.model(ids)
+    assert calls == [1]
+
+
 # -- the plan --
 
 N, Q = None, "q"

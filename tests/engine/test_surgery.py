@@ -11,7 +11,8 @@ from transformers import AutoModelForCausalLM
 
 import tiny
 from layerscope.engine.batching import collate, pad_id
-from layerscope.engine.surgery import Intervention, intervened, measure_interventions
+from layerscope.engine.surgery import Intervention, intervened
+from layerscope.engine.surgery_run import measure_interventions
 from layerscope.models import decoder_layers
 
 N_LAYERS = 4
@@ -185,7 +186,9 @@ def test_signature_and_first_changed_layer():
     assert len({iv.signature for iv in runs}) == len(runs)
     assert {Intervention.prune([1, 3]).signature: 1}[Intervention.prune([3, 1]).signature] == 1  # hashable
     assert Intervention.swap(1).per_layer(4) == (None, ("swap", (1, 2)), ("swap", (1, 2)), None)
-    assert Intervention.skip(0).per_layer(3) == (("prune", (0,)), None, None)
+    assert Intervention.skip(0).per_layer(3) == ("skip", None, None) == Intervention.prune([0]).per_layer(3)
+    assert Intervention.prune([0, 2]).per_layer(3) == ("skip", None, "skip")
+    assert Intervention.repeat(1).per_layer(3) == (None, "repeat", None)
 
 
 def test_invalid_layers_name_the_valid_range():

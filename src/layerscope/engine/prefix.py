@@ -57,10 +57,14 @@ def stand_ins(blocks: nn.ModuleList, start: int, hidden: torch.Tensor, as_tuple:
     def hand_over(*_args, **_kwargs):
         return shaped(hidden)
 
-    for k in range(start):
+    saved = {k: blocks[k].__dict__["forward"] for k in range(start) if "forward" in blocks[k].__dict__}
+    for k in range(start):  # (accelerate's device hooks and intervened() set an instance forward: kept aside)
         blocks[k].forward = hand_over if k == start - 1 else pass_on  # an instance attribute: hooks still run
     try:
         yield
     finally:
         for k in range(start):
-            del blocks[k].forward
+            if k in saved:
+                blocks[k].forward = saved[k]
+            else:
+                del blocks[k].forward

@@ -4,9 +4,9 @@
     iv.first_changed_layer, iv.signature       # 5; hashable, equal for the same run (prune {5} is skip 5)
     with intervened(lm, iv):                   # lm: a LoadedModel or the nn.Module itself
         logits = lm.model(**inputs, use_cache=False).logits
-    m = measure_interventions(lm, texts, [Intervention.skip(l) for l in range(lm.info.n_layers)])
-    m.intact_nll, m.n_scored                   # (n_texts,) mean NLL of the intact model, scored tokens per text
-    m[iv].nll, m[iv].kl, m[iv].agreement, m[iv].cosine    # (n_texts,) each, see :class:`InterventionMeasures`
+    compare_predictions(p_logits, q_logits, p_final, q_final, batch)   # per text: kl, agreement, cosine
+
+Measuring many interventions over many texts, with prefix reuse: :mod:`.surgery_run`.
 
 What the interventions do (block l: the l-th entry of the model's ``nn.ModuleList`` of decoder blocks):
 
@@ -28,22 +28,18 @@ from __future__ import annotations
 import contextlib
 import operator
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..models.info import decoder_layers, input_device
 from ..models.load import LoadedModel
-from .batching import MAX_TEXTS_PER_BATCH, Batch, collate, memory_budget, pad_id, plan_batches
-from .guards import check_finite, encode
-from .pooling import token_nll
+from .batching import Batch
 from .prefix import hidden_of
 from .prefix_plan import Signature
-from .scoring import rerun_for_bad_layer
 
 KINDS = ("skip", "repeat", "swap", "prune")
 
@@ -126,10 +122,14 @@ class Intervention:
                          f"blocks, numbered 0..{top}")
 
     def per_layer(self, n_layers: int) -> Signature:
-        """Per decoder block, None where it runs as in the intact model and this signature where it is touched:
-        the signatures :func:`~layerscope.engine.prefix_plan.plan_passes` orders passes by."""
+        """Per decoder block, None where it runs as in the intact model, else what it does there: ``"skip"`` (skip
+        and prune), ``"repeat"``, or the swap's signature on both of its blocks. Two interventions whose entries
+        agree on blocks 0..k-1 hand the same stream to block k (a pruned set shares the stream past its first
+        block with that block's skip): the signatures :func:`~layerscope.engine.prefix_plan.plan_passes` orders
+        passes by."""
         self.check(n_layers)
-        return tuple(self.signature if k in self.layers else None for k in range(n_layers))
+        local = self.signature if self.kind == "swap" else ("repeat" if self.kind == "repeat" else "skip")
+        return tuple(local if k in self.layers else None for k in range(n_layers))
 
 
 _TUPLE_BLOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -234,124 +234,82 @@ def token_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
     return (log_p.exp() * (log_p - log_q)).sum(dim=-1)
 
 
-def top1_agrees(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
-    """(..., vocab) logits twice -> (...) bool: whether the most likely next token is the same."""
-    return p_logits.argmax(dim=-1) == q_logits.argmax(dim=-1)
-
-
 COMPARE_CHUNK_BYTES = 256 * 2**20
 """Most memory the float32 logits of one chunk of rows may take while comparing (rows x length x vocab x 4)."""
 
 
-def compare_predictions(p_logits: torch.Tensor, q_logits: torch.Tensor, p_final: torch.Tensor,
-                        q_final: torch.Tensor, batch: Batch,
-                        chunk_bytes: int = COMPARE_CHUNK_BYTES) -> dict[str, torch.Tensor]:
-    """Per text of ``batch``, over its scored tokens (those :func:`~.pooling.token_nll` scores: position t
-    when t and t + 1 are real tokens): ``kl`` the mean KL(P || Q) of next-token distributions, ``agreement``
-    the fraction of tokens whose top-1 prediction agrees, ``cosine`` the mean cosine between the final hidden
-    states (the unembedding's input) at those tokens; each (B,) float64. ``*_logits`` (B, T, vocab) and
-    ``*_final`` (B, T, d) of P (intact) and Q (intervened), a few rows at a time in float32."""
-    real = batch.attention_mask.bool().to(p_logits.device)
-    scored = real[:, 1:] & real[:, :-1]  # (B, T-1): position t predicts token t + 1
-    B, T, V = p_logits.shape
+@dataclass(frozen=True)
+class Reference:
+    """The intact model's side of every comparison on one batch, computed once: ``reference(...)``."""
+
+    log_p: torch.Tensor
+    """(B, T-1, vocab) float32 next-token log-probabilities at each position that predicts a token."""
+    p: torch.Tensor
+    """(B, T-1, vocab) float32 their exponent."""
+    top: torch.Tensor
+    """(B, T-1) the most likely next token."""
+    final: torch.Tensor
+    """(B, T-1, d) float32 final hidden states."""
+    scored: torch.Tensor
+    """(B, T-1) bool: position t predicts token t + 1 and both are real tokens."""
+    targets: torch.Tensor
+    """(B, T-1, 1) the next token at each position."""
+    nll_sum: torch.Tensor
+    """(B,) float64 the intact model's summed NLL over the scored tokens."""
+
+    @property
+    def count(self) -> torch.Tensor:
+        """(B,) scored tokens per text."""
+        return self.scored.sum(dim=1)
+
+
+def _scored_sum(values: torch.Tensor, scored: torch.Tensor) -> torch.Tensor:
+    """(rows, T-1) per-token values -> (rows,) float64 sum over the scored tokens; padding is selected away,
+    never multiplied, so a NaN there cannot leak in."""
+    return torch.where(scored, values, 0.0).double().sum(dim=1)
+
+
+def reference(p_logits: torch.Tensor, p_final: torch.Tensor, batch: Batch) -> Reference:
+    """The intact model's (B, T, vocab) logits and (B, T, d) final hidden states of ``batch``, ready to compare.
+    Its NLL is HF's ``labels`` loss summed: minus the log-softmax (float32) of each next token."""
+    device = p_logits.device
+    real = batch.attention_mask.bool().to(device)
+    scored = real[:, 1:] & real[:, :-1]
+    targets = batch.input_ids[:, 1:].to(device).unsqueeze(-1)
+    log_p = F.log_softmax(p_logits[:, :-1].float(), dim=-1)
+    nll = -log_p.gather(-1, targets).squeeze(-1)
+    return Reference(log_p=log_p, p=log_p.exp(), top=p_logits[:, :-1].argmax(dim=-1), final=p_final[:, :-1].float(),
+                     scored=scored, targets=targets, nll_sum=_scored_sum(nll, scored))
+
+
+def compare(ref: Reference, q_logits: torch.Tensor, q_final: torch.Tensor,
+            chunk_bytes: int = COMPARE_CHUNK_BYTES) -> dict[str, torch.Tensor]:
+    """Per text, over its scored tokens (position t when t and t + 1 are real tokens, as HF's ``labels`` loss
+    scores a text alone): ``nll_sum`` the summed NLL under Q (float64), and the means ``kl`` of KL(P || Q) of
+    next-token distributions, ``agreement`` the fraction of tokens whose top-1 prediction agrees and ``cosine``
+    between the final hidden states (the unembedding's input); each (B,) float64. Q: the intervened model's
+    (B, T, vocab) logits and (B, T, d) final states, a few rows at a time in float32; one log-softmax serves
+    the NLL and the KL."""
+    B, T, V = q_logits.shape
     rows = max(1, chunk_bytes // max(1, T * V * 4))
-    sums = {name: torch.zeros(B, dtype=torch.float64, device=p_logits.device)
-            for name in ("kl", "agreement", "cosine")}
+    device = ref.log_p.device
+    sums = {name: torch.zeros(B, dtype=torch.float64, device=device)
+            for name in ("nll_sum", "kl", "agreement", "cosine")}
     for r in range(0, B, rows):
-        p, q, keep = p_logits[r : r + rows, :-1], q_logits[r : r + rows, :-1], scored[r : r + rows]
-        per_token = {"kl": token_kl(p, q), "agreement": top1_agrees(p, q).float(),
-                     "cosine": F.cosine_similarity(p_final[r : r + rows, :-1].float(),
-                                                   q_final[r : r + rows, :-1].float().to(p_final.device), dim=-1)}
-        for name, values in per_token.items():  # selected, never multiplied: padding cannot leak in
-            sums[name][r : r + rows] = torch.where(keep, values.to(keep.device), 0.0).double().sum(dim=1)
-    count = scored.sum(dim=1)
-    return {name: total / count for name, total in sums.items()}
+        part = slice(r, r + rows)
+        q = q_logits[part, :-1].to(device)
+        log_q = F.log_softmax(q.float(), dim=-1)
+        per_token = {"nll_sum": -log_q.gather(-1, ref.targets[part]).squeeze(-1),
+                     "kl": (ref.p[part] * (ref.log_p[part] - log_q)).sum(dim=-1),
+                     "agreement": (q.argmax(dim=-1) == ref.top[part]).float(),
+                     "cosine": F.cosine_similarity(ref.final[part], q_final[part, :-1].float().to(device), dim=-1)}
+        for name, values in per_token.items():
+            sums[name][part] = _scored_sum(values, ref.scored[part])
+    count = ref.count
+    return {name: total if name == "nll_sum" else total / count for name, total in sums.items()}
 
 
-@dataclass(frozen=True)
-class InterventionMeasures:
-    """One intervention against the intact model, per text over its scored tokens."""
-
-    intervention: Intervention
-    nll: np.ndarray
-    """(n_texts,) float64 mean next-token NLL under the intervention, scored as the engine scores the intact
-    model (:func:`~.scoring.score_texts`, HF's ``labels`` loss of the text alone)."""
-    kl: np.ndarray
-    """(n_texts,) float64 mean KL(intact || intervened) of the next-token distributions, in nats."""
-    agreement: np.ndarray
-    """(n_texts,) float64 fraction of scored tokens whose top-1 next token is the intact model's."""
-    cosine: np.ndarray
-    """(n_texts,) float64 mean cosine between intact and intervened final hidden states (the input of the
-    unembedding, after the final norm) at the scored tokens (the positions the next-token measures read)."""
-
-
-@dataclass(frozen=True)
-class SurgeryMeasures:
-    """What :func:`measure_interventions` returns; ``m[intervention]``: its :class:`InterventionMeasures`."""
-
-    intact_nll: np.ndarray
-    """(n_texts,) float64 mean next-token NLL of the intact model."""
-    n_scored: np.ndarray
-    """(n_texts,) int64 scored tokens per text (its tokens minus one)."""
-    results: tuple[InterventionMeasures, ...]
-
-    def __getitem__(self, intervention: Intervention) -> InterventionMeasures:
-        for result in self.results:
-            if result.intervention.signature == intervention.signature:
-                return result
-        raise KeyError(intervention.label)
-
-
-def measure_interventions(lm: LoadedModel, texts: Sequence[str], interventions: Sequence[Intervention], *,
-                          batch_size: int | None = None, max_length: int | None = None) -> SurgeryMeasures:
-    """``m = measure_interventions(lm, texts, [Intervention.skip(3), Intervention.swap(5)])``: per text, the
-    intact model's mean NLL and, per intervention, its NLL, KL, top-1 agreement and final-state cosine
-    (:class:`InterventionMeasures`). Each batch runs intact once, then once per intervention (no prefix reuse
-    yet). ``ValueError`` for a block number the model does not have and ``ExtractionError`` for a text too long
-    or of one token, both before any pass; ``ExtractionError`` for a NaN or inf NLL."""
-    model = lm.model
-    n_layers = len(decoder_layers(model))
-    for intervention in interventions:
-        intervention.check(n_layers)
-    ids = encode(lm, texts, max_length, min_tokens=2)
-    # Two batches of logits live at once, plus the float32 chunks that compare them.
-    budget = max(1, memory_budget(model, lm.info.vocab_size) // 3)
-    plan = plan_batches([len(x) for x in ids], batch_size or MAX_TEXTS_PER_BATCH, budget)
-    n = len(texts)
-    intact_nll, n_scored = np.zeros(n), np.zeros(n, dtype=np.int64)
-    out = [{name: np.zeros(n) for name in ("nll", "kl", "agreement", "cosine")} for _ in interventions]
-    head = model.get_output_embeddings()
-    device = input_device(model)
-    for index in plan:
-        batch = collate([ids[i] for i in index], index, pad_id(lm.tokenizer)).to(device)
-        logits, final, nll_sum, count = _pass(lm, texts, batch, head, contextlib.nullcontext)
-        intact_nll[batch.index], n_scored[batch.index] = nll_sum, count
-        for slot, intervention in zip(out, interventions, strict=True):
-            q_logits, q_final, q_sum, _ = _pass(lm, texts, batch, head, lambda iv=intervention: intervened(lm, iv))
-            compared = compare_predictions(logits, q_logits, final, q_final, batch)
-            slot["nll"][batch.index] = q_sum / count
-            for name, values in compared.items():
-                slot[name][batch.index] = values.cpu().numpy()
-            del q_logits, q_final
-        intact_nll[batch.index] /= count
-    results = tuple(InterventionMeasures(iv, **slot) for iv, slot in zip(interventions, out, strict=True))
-    return SurgeryMeasures(intact_nll, n_scored, results)
-
-
-@torch.inference_mode()
-def _pass(lm: LoadedModel, texts: Sequence[str], batch: Batch, head: nn.Module | None, context):
-    """One forward pass of ``batch`` inside ``context()``: logits (B, T, V), final hidden states (B, T, d),
-    summed NLL and scored-token count per text (numpy)."""
-    final: list[torch.Tensor] = []
-    with context():
-        handle = head.register_forward_pre_hook(lambda _m, args: final.append(args[0])) if head is not None else None
-        try:
-            out = lm.model(**batch.model_inputs(), use_cache=False, output_hidden_states=head is None)
-        finally:
-            if handle is not None:
-                handle.remove()
-        total, count = token_nll(out.logits.to(batch.input_ids.device), batch)
-        check_finite(lm, texts, batch.index, bad_nll=~torch.isfinite(total),
-                     first_bad_layer=lambda row: rerun_for_bad_layer(lm, batch, row))
-    hidden = final[0] if final else out.hidden_states[-1]
-    return out.logits, hidden, total.cpu().numpy(), count.cpu().numpy()
+def compare_predictions(p_logits: torch.Tensor, q_logits: torch.Tensor, p_final: torch.Tensor,
+                        q_final: torch.Tensor, batch: Batch) -> dict[str, torch.Tensor]:
+    """:func:`compare` of Q against P (the intact model), for one comparison."""
+    return compare(reference(p_logits, p_final, batch), q_logits, q_final)
