@@ -4,7 +4,8 @@
     iv.first_changed_layer, iv.signature       # 5; hashable, equal for the same run (prune {5} is skip 5)
     with intervened(lm, iv):                   # lm: a LoadedModel or the nn.Module itself
         logits = lm.model(**inputs, use_cache=False).logits
-    compare_predictions(p_logits, q_logits, p_final, q_final, batch)   # per text: kl, agreement, cosine
+    ref = reference(p_logits, p_final, batch)  # the intact model once per batch, then per intervention:
+    compare(ref, q_logits, q_final)            # per text: nll_sum, kl, agreement, cosine
 
 Measuring many interventions over many texts, with prefix reuse: :mod:`.surgery_run`.
 
@@ -227,13 +228,6 @@ def intervened(lm: LoadedModel | nn.Module, intervention: Intervention) -> Itera
                 blocks[k].__dict__.pop("forward", None)
 
 
-def token_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
-    """KL(P || Q) in nats per row, float32: (..., vocab) logits of P (the intact model) and Q -> (...)."""
-    log_p = F.log_softmax(p_logits.float(), dim=-1)
-    log_q = F.log_softmax(q_logits.float(), dim=-1)
-    return (log_p.exp() * (log_p - log_q)).sum(dim=-1)
-
-
 COMPARE_CHUNK_BYTES = 256 * 2**20
 """Most memory the float32 logits of one chunk of rows may take while comparing (rows x length x vocab x 4)."""
 
@@ -307,9 +301,3 @@ def compare(ref: Reference, q_logits: torch.Tensor, q_final: torch.Tensor,
             sums[name][part] = _scored_sum(values, ref.scored[part])
     count = ref.count
     return {name: total if name == "nll_sum" else total / count for name, total in sums.items()}
-
-
-def compare_predictions(p_logits: torch.Tensor, q_logits: torch.Tensor, p_final: torch.Tensor,
-                        q_final: torch.Tensor, batch: Batch) -> dict[str, torch.Tensor]:
-    """:func:`compare` of Q against P (the intact model), for one comparison."""
-    return compare(reference(p_logits, p_final, batch), q_logits, q_final)
