@@ -42,6 +42,7 @@ lint: $(STAMP)  ## ruff (the version pinned in requirements.lock), rules in pypr
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/extract_vs_seed.py
+	$(BIN)/python benchmarks/extract_speed.py
 	$(BIN)/python benchmarks/anisotropy_vs_eigh.py
 	$(BIN)/python benchmarks/ablation_vs_reload.py
 	$(BIN)/python benchmarks/sweep_ray_vs_serial.py

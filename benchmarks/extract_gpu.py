@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/extract_gpu.py [--models llama-3.1-8b pythia-6.9b] [--repeats 3]
     .venv/bin/python benchmarks/extract_gpu.py --tiny-cpu     # the same code path on a tiny shape, on the CPU
+    ... --poolings default            # extract's default poolings (the default: the notebooks' mean, last, first)
+    ... --tokenizer DIR               # a tokenizer folder (default: SmolLM2's from the zoo, converted once)
 
 Without a CUDA GPU (and without ``--tiny-cpu``) it says so and exits with status 2.
 
@@ -100,13 +102,14 @@ def build_random(config, device: torch.device, dtype: torch.dtype, seed: int = 0
     return model.eval()
 
 
-def smollm2_tokenizer():
-    """SmolLM2's tokenizer from layerscope's zoo folder (converted once by ``load_model``; no weights are loaded)."""
+def smollm2_tokenizer(folder: str | None = None):
+    """SmolLM2's tokenizer from ``folder`` or layerscope's zoo folder (converted once by ``load_model``; no weights
+    are loaded)."""
     from transformers import AutoTokenizer
 
     from layerscope.models.zoo import zoo_folder
 
-    return AutoTokenizer.from_pretrained(zoo_folder("smollm2-135m"))
+    return AutoTokenizer.from_pretrained(folder or zoo_folder("smollm2-135m"))
 
 
 def seed_texts(tokenizer, n_pairs: int = N_PAIRS) -> list[str]:
@@ -163,7 +166,8 @@ class Timing:
             self.seconds, self.peak_gib = seconds, peak
 
 
-def bench_model(name: str, config, device: torch.device, tokenizer, texts: list[str], repeats: int) -> dict:
+def bench_model(name: str, config, device: torch.device, tokenizer, texts: list[str], repeats: int,
+                poolings: tuple[str, ...] = POOLINGS) -> dict:
     """Build ``config`` on ``device``, time extract / extract+cache / raw, free it; one table row."""
     from layerscope import extract
     from layerscope.engine.batching import memory_budget, tokenize
@@ -181,7 +185,7 @@ def bench_model(name: str, config, device: torch.device, tokenizer, texts: list[
           file=sys.stderr, flush=True)
     ids = tokenize(tokenizer, texts, MAX_TOKENS)
     budget = memory_budget(lm.model, lm.info.vocab_size, 0)
-    kwargs = {"poolings": POOLINGS, "max_length": MAX_TOKENS, "progress": False}
+    kwargs = {"poolings": poolings, "max_length": MAX_TOKENS, "progress": False}
 
     def run_extract(cache) -> tuple[float, int]:
         folder = tempfile.mkdtemp(prefix="layerscope-gpu-") if cache else None
@@ -233,10 +237,10 @@ def bench_model(name: str, config, device: torch.device, tokenizer, texts: list[
     return row  # the model is freed with this frame: the caller collects it
 
 
-def table(rows: list[dict], device_label: str, tokens: np.ndarray) -> str:
+def table(rows: list[dict], device_label: str, tokens: np.ndarray, poolings: tuple[str, ...] = POOLINGS) -> str:
     head = (f"{device_label}; {rows[0]['dtype']} random weights; {rows[0]['texts']} texts of "
             f"{tokens.min()}-{tokens.max()} tokens (median {int(np.median(tokens))}); every layer, poolings "
-            f"{', '.join(POOLINGS)}, NLL; best of interleaved repeats\n\n")
+            f"{', '.join(poolings)}, NLL; best of interleaved repeats\n\n")
     lines = [
         "| model | params | extract texts/s | extract+cache texts/s | raw texts/s (batch) | extract / raw time | "
         "extract+cache / raw time | auto plan texts/batch | peak GPU GiB extract / +cache / raw |",
@@ -257,6 +261,9 @@ def main() -> int:
     parser.add_argument("--models", nargs="+", default=None, help="which shapes (default: all)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tiny-cpu", action="store_true", help="tiny shapes on the CPU: checks the code path only")
+    parser.add_argument("--poolings", default=",".join(POOLINGS),
+                        help="comma-separated poolings, or 'default' for extract's default set")
+    parser.add_argument("--tokenizer", default=None, help="a tokenizer folder (default: SmolLM2's from the zoo)")
     args = parser.parse_args()
     if not args.tiny_cpu and not torch.cuda.is_available():
         print("extract_gpu.py needs a CUDA GPU and none is available (torch.cuda.is_available() is False); run it "
@@ -269,14 +276,17 @@ def main() -> int:
     unknown = sorted(set(names) - set(configs))
     if unknown:
         parser.error(f"unknown model {unknown}; choose from {', '.join(configs)}")
-    tokenizer = smollm2_tokenizer()
+    from layerscope.engine.pooling import ALL_POOLINGS
+
+    poolings = tuple(ALL_POOLINGS) if args.poolings == "default" else tuple(args.poolings.split(","))
+    tokenizer = smollm2_tokenizer(args.tokenizer)
     texts = seed_texts(tokenizer)
     tokens = np.array([min(len(x), MAX_TOKENS) for x in tokenizer(texts)["input_ids"]])
     label = (f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}" if device.type == "cuda"
              else f"CPU ({torch.get_num_threads()} threads, tiny shapes: a code-path check, not a benchmark)")
     rows = []
     for name in names:
-        rows.append(bench_model(name, configs[name], device, tokenizer, texts, args.repeats))
+        rows.append(bench_model(name, configs[name], device, tokenizer, texts, args.repeats, poolings))
         gc.collect()  # the last model's weights go before the next is built
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -286,7 +296,7 @@ def main() -> int:
               f"{r['plan_texts_per_batch']:.0f} texts per batch (budget {r['plan_token_budget']:,} tokens); peak "
               f"GPU {r['extract_peak']:.1f} / {r['cached_peak']:.1f} / {r['raw_peak']:.1f} GiB", flush=True)
     print()
-    print(table(rows, label, tokens))
+    print(table(rows, label, tokens, poolings))
     return 0
 
 

@@ -7,6 +7,7 @@
     acts.pooled["mean"]                           # (n_texts, n_layers + 1, d)
     acts.nll_mean                                 # (n_texts,)
     m = ls.measure_interventions(lm, texts, [ls.Intervention.skip(3)])   # m[iv].nll, .kl, ... per text
+    ls.lens(lm, "The capital of France is")       # the logit lens of one prompt: top-k per layer and position
 
 Names that need torch are imported on first use (PEP 562), so ``import layerscope`` (and ``layerscope --help``)
 stays fast.
@@ -23,19 +24,23 @@ from .provenance import VERSION as __version__
 if TYPE_CHECKING:
     from .data import PairDataset, load_pairs
     from .engine import POOLINGS, Activations, ExtractSettings, extract
+    from .engine.lens_prompt import lens
     from .engine.surgery import Intervention, intervened
     from .engine.surgery_run import measure_interventions
     from .models import DEFAULT_MODEL, ZOO, LoadedModel, ModelInfo, load_model
+    from .studies import StudyConfig, load_run, run_study
 
 _LAZY = {"PairDataset": "data", "load_pairs": "data", "POOLINGS": "engine", "Activations": "engine",
          "ExtractSettings": "engine", "extract": "engine", "DEFAULT_MODEL": "models", "ZOO": "models",
          "LoadedModel": "models", "ModelInfo": "models", "load_model": "models", "Intervention": "engine.surgery",
-         "intervened": "engine.surgery", "measure_interventions": "engine.surgery_run"}
+         "intervened": "engine.surgery", "measure_interventions": "engine.surgery_run",
+         "StudyConfig": "studies", "load_run": "studies", "run_study": "studies", "lens": "engine.lens_prompt"}
 
 __all__ = [
     "DEFAULT_MODEL", "POOLINGS", "ZOO", "Activations", "DatasetError", "ExtractSettings", "ExtractionError",
     "Intervention", "LayerscopeError", "LoadedModel", "ModelInfo", "ModelLoadError", "OutputError", "PairDataset",
-    "__version__", "extract", "intervened", "load_model", "load_pairs", "measure_interventions",
+    "StudyConfig", "__version__", "extract", "intervened", "lens", "load_model", "load_pairs", "load_run",
+    "measure_interventions", "run_study",
 ]
 
 

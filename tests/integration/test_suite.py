@@ -34,3 +34,6 @@ def test_layerscope_run_writes_every_study_and_a_page_chromium_renders(tmp_path)
     check = render(folder / "index.html")
     assert len(check["images"]) == len(pngs) and all(check["images"])  # every figure embedded and decoded
     assert check["sections"][0] == "Summary of verdicts" and check["sections"][-1] == "Manifest"
+    page = (folder / "index.html").read_text(encoding="utf-8")
+    assert page.count('<table class="summary-table">') == 1  # the verdicts of all seven studies in one table
+    assert page.index('<table class="summary-table">') < page.index('<h2 id="divergence">')

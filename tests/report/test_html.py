@@ -2,6 +2,7 @@
 rendered by a real browser (headless Chromium) with every figure loaded."""
 
 import base64
+import html
 import re
 import shutil
 
@@ -12,6 +13,7 @@ from browser import render
 from layerscope.cli import app
 from layerscope.studies import StudyResult, get_study
 from layerscope.studies.config_file import SUITE
+from layerscope.studies.verdicts import STATUSES
 
 runner = CliRunner()
 
@@ -25,10 +27,21 @@ def test_index_embeds_every_figure_and_shows_every_verdict_and_hash(tiny_suite):
     assert sorted(base64.b64decode(e) for e in embedded) == sorted(p.read_bytes() for p in pngs)
     assert not re.search(r'(src|href)="https?:', page)  # nothing to fetch
     assert page.index("Summary of verdicts") < page.index('id="divergence"')
+    top = page[page.index('id="summary"'):page.index('id="divergence"')]
+    assert top.count('<table class="summary-table">') == 1 and "<li>" not in top
     for name in SUITE:
         result = StudyResult.load(folder / name)
-        for line in get_study(name).headline(result):
-            assert line.replace("&", "&amp;").replace("'", "&#x27;").replace('"', "&quot;")[:60] in page
+        section = page[page.index(f'<h2 id="{name}">'):]
+        section = section[:section.index("<h2", 4)]
+        for line in get_study(name).headline(result):  # the sentences: in the study's own section
+            assert html.escape(line)[:60] in section
+        verdicts = get_study(name).verdicts(result)
+        assert {v.model for v in verdicts} == {m["name"] for m in result.manifest["models"]} | (
+            {", ".join(m["name"] for m in result.manifest["models"])} if name == "scaling" else set())
+        for v in verdicts:  # the summary table: one row per verdict, its study linked to its section
+            assert v.status in STATUSES
+            assert (f'<tr><td><a href="#{name}">{html.escape(get_study(name).title)}</a></td><td>'
+                    f'{html.escape(v.model)}</td><td>{html.escape(v.claim)}</td>') in top
         for model in result.manifest["models"]:
             assert model["weights_hash"][:16] in page
         assert result.manifest["dataset"]["hash"] in page

@@ -6,6 +6,7 @@ Importing it loads no study, model or torch: each command imports what it needs 
 """
 
 from . import extract as _extract  # noqa: F401  (registers the command)
+from . import lens as _lens  # noqa: F401
 from . import report as _report  # noqa: F401
 from . import run as _run  # noqa: F401
 from . import sweep as _sweep  # noqa: F401

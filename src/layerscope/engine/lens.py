@@ -6,6 +6,7 @@
     ...                                          # more batches into the same sums
     sums.layers                                  # [0, 4, ..., n_layers], ascending
     sums.means()["lens_kl"]                      # (len(layers),) float64, token-weighted over every scored token
+    layer_logits(lm, 6, h6)                      # (..., vocab) the lens logits of one layer's states (..., d)
 
 The logit lens (nostalgebraist 2020, "interpreting GPT: the logit lens") decodes hidden state ``l`` as if it
 were the last one: ``logits_l = transform(head(final_norm(h_l)))``, and compares that distribution with the
@@ -215,6 +216,24 @@ class LensSums:
         return {name: means[:, i] for i, name in enumerate(METRICS)}
 
 
+def layer_logits(lm: LoadedModel, layer: int, hidden: torch.Tensor, *, head: torch.nn.Module | None = None,
+                 norm: torch.nn.Module | None = None) -> torch.Tensor:
+    """``logits = layer_logits(lm, layer, h)``: (..., vocab) the lens logits of hidden state ``layer`` (..., d).
+
+    ``transform(lm, head(final_norm(lm)(h)))`` for ``layer < n_layers``; at ``n_layers`` ``h`` is the head's input,
+    already normed, and only ``transform(lm, head(h))`` is applied. ``head`` and ``norm`` may be passed to skip
+    looking them up (a loop over chunks); ``h`` is moved to the head's device."""
+    if head is None:
+        head = lm.model.get_output_embeddings()
+        if head is None:
+            raise ExtractionError(f"model {lm.info.name} has no output head (get_output_embeddings() is None), so "
+                                  "the logit lens cannot read its layers; layerscope supports decoder-only causal LMs")
+    hidden = hidden.to(head.weight.device)
+    if layer == lm.info.n_layers:
+        return transform(lm, head(hidden))
+    return transform(lm, head((norm if norm is not None else final_norm(lm))(hidden)))
+
+
 def scored_positions(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``rows, cols, targets = scored_positions(batch)``: (N,) each; token ``cols + 1`` of text ``rows`` is
     scored from position ``cols`` (both real tokens), its id is ``targets``."""
@@ -257,7 +276,7 @@ def lens_batch(lm: LoadedModel, states: Mapping[int, torch.Tensor], batch: Batch
     def logits(layer: int, r: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
         state = states[layer]
         h = state[r.to(state.device), c.to(state.device)].to(device)  # (chunk, d)
-        return transform(lm, head(h if layer == n_layers else norm(h)))
+        return layer_logits(lm, layer, h, head=head, norm=norm)
 
     texts = torch.as_tensor(batch.index, dtype=torch.long, device=device)[rows]  # (N,) each token's text
     keep = kept.to(device)[rows, cols] if kept is not None else None

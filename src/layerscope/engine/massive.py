@@ -28,31 +28,100 @@ MASSIVE_RATIO = 100.0
 |activation| at that layer (over the text's real tokens and every dimension)."""
 
 
-def massive_mask(hidden: torch.Tensor, real: torch.Tensor, ratio: float = MASSIVE_RATIO) -> torch.Tensor:
+def massive_mask(hidden: torch.Tensor, real: torch.Tensor, ratio: float = MASSIVE_RATIO, *,
+                 bracket: bool | None = None) -> torch.Tensor:
     """``flags = massive_mask(hidden, batch.attention_mask.bool())``: (B, T) bool, True at the real tokens of
     one layer's ``hidden`` (B, T, d) that are massive by the module's rule; padding is never flagged and never
-    enters a text's median (whatever it holds, NaN included).
+    enters a text's median (whatever it holds, NaN included). A text with a NaN among its real values has a NaN
+    median (as ``np.median``), so none of its tokens is flagged at that layer.
 
-    The median of an even count is the mean of the lower and upper middle values. ``nanmedian`` gives the
-    lower one; the upper one is needed only for a text with a token between ``ratio`` x lower and ``ratio`` x
-    an upper bound of it (a value with enough of the text's values at or below it), so it is computed for
-    those texts alone: the flags are exactly those of the textbook median."""
+    Every text of the batch at once, with no loop over texts. With ``bracket`` (``None``: on a CPU) one histogram
+    of the values' bit patterns (:func:`_bracket`) puts each text's two middle values between float32 bin edges
+    at most 2^-7 apart: a token whose peak is above ``ratio`` x the bracket's top is massive, one at or below
+    ``ratio`` x its bottom is not, and only a text with a peak in between (or middle values outside the
+    histogram's window) gets its exact median by ``nanmedian``. Without ``bracket`` every text's exact median is
+    taken, with no host sync (the path for a GPU, where ``nanmedian`` is cheap). Both give exactly the flags of
+    the textbook median.
+    """
     real = real.to(hidden.device).bool()
-    mag = hidden.float().abs()  # a new tensor: filled in place below
-    peak = mag.amax(dim=-1)  # (B, T)
-    values = mag.masked_fill_(~real[..., None], torch.nan).flatten(1)  # (B, T * d), NaN at padding
-    lower = values.nanmedian(dim=1).values  # (B,) the lower middle value
-    n = real.sum(dim=1) * hidden.shape[-1]
-    bound = lower * (1 + 2.0**-8)
-    covers = (values <= bound[:, None]).sum(dim=1) >= (n - 1) // 2 + 2  # so the upper middle value <= bound
-    between = real & (peak > ratio * lower[:, None]) & (peak <= ratio * bound[:, None])
-    undecided = ~covers | between.any(dim=1)
-    upper = lower.clone()
-    rows = (undecided & (n % 2 == 0)).nonzero(as_tuple=True)[0]
+    mag = hidden.float()
+    mag = mag.abs_() if mag is not hidden else mag.abs()  # (B, T, d) a new tensor; padding is left as it is
+    peak = mag.amax(dim=-1)  # (B, T); NaN where a token holds NaN
+    n = real.sum(dim=1) * hidden.shape[-1]  # (B,) real values per text
+    unusable = (peak.isnan() & real).any(dim=1)  # (B,) np.median of values holding NaN is NaN: nothing flagged
+    if bracket is None:
+        bracket = mag.device.type == "cpu"
+    if not bracket:
+        median = _exact_median(mag, real, n)
+        return real & (peak > ratio * median[:, None]) & ~unusable[:, None]
+    low, high = _bracket(mag, real, n)
+    flags = real & (peak > ratio * high[:, None])
+    undecided = (real & (peak > ratio * low[:, None]) & ~flags).any(dim=1) & ~unusable
+    rows = undecided.nonzero(as_tuple=True)[0]  # rare: a peak within 2^-7 of ratio x the median
     if len(rows):
-        upper[rows] = -(-values[rows]).nanmedian(dim=1).values
-    median = torch.where(undecided, (lower + upper) / 2, bound)  # a decided text: any value in [lower, bound]
-    return real & (peak > ratio * median[:, None])
+        median = _exact_median(mag[rows], real[rows], n[rows])
+        flags[rows] = real[rows] & (peak[rows] > ratio * median[:, None])
+    return flags & ~unusable[:, None]
+
+
+def _exact_median(mag: torch.Tensor, real: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """(B,) float32: each text's textbook median of ``mag`` (B, T, d) over its real tokens ``real`` (B, T), ``n``
+    (B,) values each: the middle value, or for an even count the mean of the two middle values computed in
+    float32 as ``np.median`` does. ``nanmedian`` gives the lower middle value; the upper one is the lower one
+    when more than half the values are at most it, else the smallest value above it."""
+    values = mag.masked_fill(~real[..., None], torch.nan).flatten(1)  # (B, T * d), NaN at padding
+    lower = values.nanmedian(dim=1).values  # (B,)
+    above = values > lower[:, None]  # NaN > x is False
+    at_most = n - above.sum(dim=1)
+    upper = torch.where(at_most >= n // 2 + 1, lower, torch.where(above, values, torch.inf).amin(dim=1))
+    return torch.where(n % 2 == 1, lower, (lower + upper) / 2)
+
+
+WINDOW = 6 * 128
+"""Bins of :func:`_bracket`'s histogram: 6 binary orders of magnitude, 128 bins each (2^-7 apart)."""
+
+
+def _bracket(mag: torch.Tensor, real: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``low, high = _bracket(mag, real, n)``: (B,) float32 with ``low <= lower middle <= upper middle <= high``
+    for each text's ``n`` (B,) real values of ``mag`` (B, T, d) (|activations|, so >= 0; ``real`` (B, T) bool;
+    padding, whatever it holds, is counted into bins past the texts' and never read). ``low`` is 0 and ``high``
+    +inf for a text whose middle values the histogram does not bracket.
+
+    A float32 >= 0 read as int32 orders like the value, so its top 16 bits (exponent and 7 mantissa bits) are
+    bins at most 2^-7 apart in relative size. One histogram (``bincount``) counts each text's values in
+    :data:`WINDOW` bins from about 1/16 to 4 times its mean |value| (the median is below 2x the mean), with one
+    bin below and one above for the rest; the two middle ranks are then found
+    in the cumulative counts: ``low`` is the lower middle value's bin's first value, ``high`` the first value
+    past the upper one's bin."""
+    B = mag.shape[0]
+    rows = torch.arange(B, dtype=torch.int32, device=mag.device)
+    mean = torch.where(real, mag.sum(dim=-1), 0.0).sum(dim=1) / n  # (B,)
+    start = ((mean.view(torch.int32) >> 16) - 4 * 128).clamp_(min=0)[:, None, None]  # (B, 1, 1) window bin 1's code
+    slot = torch.where(real, rows[:, None], B)[..., None]  # (B, T, 1): the text's row, B for padding
+    base = slot * (WINDOW + 2)  # (B, T, 1) bin 0 of the token's text
+    keys = (mag.view(torch.int32) >> 16).sub_(start - 1).clamp_(0, WINDOW + 1).add_(base)  # (B, T, d) bins
+    counts = _histogram(keys, B, WINDOW + 2)  # (B, WINDOW + 2): below, WINDOW bins, above; slot B dropped
+    cumulative = counts.cumsum(dim=1)
+    first, second = (n - 1) // 2, n // 2  # (B,) 0-based ranks of the lower and upper middle values
+    bin_low = (cumulative <= first[:, None]).sum(dim=1)  # (B,) 0 (below the window) .. WINDOW + 1 (above)
+    bin_high = (cumulative <= second[:, None]).sum(dim=1)
+    inside = (bin_low >= 1) & (bin_high <= WINDOW)
+    start = start.view(B)
+    low = ((start + bin_low - 1).clamp_(min=0) << 16).to(torch.int32).view(torch.float32)
+    high = ((start + bin_high).clamp_(max=0x7F80) << 16).to(torch.int32).view(torch.float32)  # at most +inf
+    return torch.where(inside, low, 0.0), torch.where(inside, high, torch.inf)
+
+
+def _histogram(keys: torch.Tensor, B: int, bins: int) -> torch.Tensor:
+    """(B, bins) int64 counts of ``keys`` (any shape, ints in [0, (B + 1) * bins)), the last ``bins`` dropped; no
+    host sync off the CPU."""
+    flat, size = keys.reshape(-1), (B + 1) * bins
+    if flat.device.type == "cpu":
+        counts = torch.bincount(flat, minlength=size)
+    else:
+        counts = torch.zeros(size, dtype=torch.int64, device=flat.device)
+        counts.index_add_(0, flat.long(), torch.ones_like(flat, dtype=torch.int64))
+    return counts[: B * bins].view(B, bins)
 
 
 def massive_tokens(layer: np.ndarray, text_index: np.ndarray, ratio: float = MASSIVE_RATIO) -> np.ndarray:

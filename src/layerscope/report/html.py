@@ -2,6 +2,7 @@
 
     page("layerscope run X", body_html)                    # the page skeleton every layerscope page shares
     render_run("runs/X", sections)                         # a run's page: verdicts first, then each section
+    verdict_table([("phases", "m", "claim", "holds but fragile", "r = -0.45", ("without c3",))])  # the summary
     write_page(Path("runs/X/index.html"), text)            # atomically; never over a page layerscope did not write
     markdown_html(report_md, shift=2)                      # a report.md as HTML: its text is text, never markup
 
@@ -10,8 +11,9 @@ markup: each plain string goes into the page through ``html.escape``; a report.m
 raw HTML off and only relative, ``#`` and http(s) links (:func:`safe_link`); and every page carries a
 Content-Security-Policy (:data:`CSP`) that runs no script and loads nothing but its own embedded images and style.
 
-A :class:`Section` is one study's part of a run page, in plain values (title, headline lines, method notes,
-its folder's figures and report.md); :mod:`layerscope.studies.pages` builds them from run folders.
+A :class:`Section` is one study's part of a run page, in plain values (title, headline lines, its rows of the
+summary table, method notes, its folder's figures and report.md); :mod:`layerscope.studies.pages` builds them from
+run folders.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import base64
 import html
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +41,11 @@ th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-al
 th { background: #f3f3f3; }
 img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0; }
 .verdicts li { margin: 0.3em 0; }
+.status { display: inline-block; padding: 1px 7px; border-radius: 3px; font-weight: 600; white-space: nowrap; }
+.status-robust { background: #005a9c; color: #fff; border: 2px solid #003a66; }
+.status-fragile { background: #f0a830; color: #000; border: 2px dashed #000; }
+.status-not-significant { background: #e8e8e8; color: #222; border: 1px solid #767676; }
+.status-not-assessable { background: #fff; color: #444; border: 1px dotted #444; font-style: italic; }
 .warning { background: #fff4e0; border-left: 4px solid #e69500; padding: 0.4em 0.8em; }
 .muted { color: #666; font-size: 13px; } code { background: #f5f5f5; padding: 0 3px; }
 details { margin: 1em 0; } summary { cursor: pointer; font-weight: 600; }
@@ -49,6 +57,10 @@ CSP = ('<meta http-equiv="Content-Security-Policy" content="default-src \'none\'
        'style-src \'unsafe-inline\'">')
 """In the head of every page: no script runs and nothing is fetched; only embedded images and the page's style."""
 _SCHEME = re.compile(r"([a-z][a-z0-9+.-]*):", re.IGNORECASE)
+STATUS_CLASSES = {"holds and robust": "status-robust", "holds but fragile": "status-fragile",
+                  "not significant": "status-not-significant", "not assessable": "status-not-assessable"}
+"""The CSS class of each verdict status in :data:`STYLE`: a colour-blind-safe blue and orange for the two that
+hold, grey and white for the two that do not; every badge also shows its status's word and a border of its own."""
 
 
 @dataclass
@@ -67,6 +79,8 @@ class Section:
     """(the notebooks' method, the layerscope default) rows."""
     warnings: list[str] = field(default_factory=list)
     manifest: dict[str, Any] = field(default_factory=dict)
+    verdicts: list[tuple[str, str, str, str, str, tuple[str, ...]]] = field(default_factory=list)
+    """Its rows of the summary table: (study, model, claim, status, key number, checks that flip it)."""
 
 
 def page(title: str, body: str, heading: bool = True, note: str = "") -> str:
@@ -107,23 +121,57 @@ def written_by_layerscope(page: Path) -> bool:
 
 
 def render_run(root: Path, name: str, sections: list[Section]) -> str:
-    """A run's page: the verdicts of every section, then each section, then the manifests."""
-    verdicts, bodies, manifests = [], [], []
-    for s in sections:
-        warn = "".join(f'<p class="warning">{html.escape(w)}</p>' for w in s.warnings)
-        lines = "".join(f"<li>{html.escape(line)}</li>" for line in s.headline)
-        verdicts.append(f'<h3><a href="#{html.escape(s.anchor)}">{html.escape(s.title)}</a></h3>{warn}'
-                        f'<ul class="verdicts">{lines}</ul>')
-        bodies.append(_section(root, s, warn))
-        manifests.append(_manifest(s.title, s.manifest))
-    body = (f'<h2 id="summary">Summary of verdicts</h2>{"".join(verdicts)}{"".join(bodies)}'
-            f'<h2 id="manifest">Manifest</h2>{"".join(manifests)}')
+    """A run's page: the summary table of every section's verdicts (each study linked to its section) and their
+    warnings, then each section, then the manifests."""
+    bodies = "".join(section_html(root, s) for s in sections)
+    manifests = "".join(_manifest(s.title, s.manifest) for s in sections)
+    body = (f'<h2 id="summary">Summary of verdicts</h2>{summary_html(sections)}'
+            f'{bodies}<h2 id="manifest">Manifest</h2>{manifests}')
     again = f'; <code>layerscope report {html.escape(name)}</code> renders it again'
     return page(f"layerscope run {name}", body, note=again)
 
 
-def _section(root: Path, s: Section, warn: str) -> str:
-    figures = "".join(embed_figure(png) for png in sorted(s.folder.glob("*.png")))
+def summary_html(sections: list[Section]) -> str:
+    """What opens a run page and a notebook's result: the :func:`verdict_table` of every section's verdicts (each
+    study named by its title and linked to its section), then the sections' warnings."""
+    rows, anchors, warnings = [], [], []
+    for s in sections:
+        link = f'<a href="#{html.escape(s.anchor)}">{html.escape(s.title)}</a>'
+        rows += [(s.title, *row[1:]) for row in s.verdicts]
+        anchors += [s.anchor] * len(s.verdicts)
+        warnings += [f'<p class="warning">{link}: {html.escape(w)}</p>' for w in s.warnings]
+    return verdict_table(rows, anchors) + "".join(warnings)
+
+
+def verdict_table(rows: Iterable[Sequence[Any]], anchors: Sequence[str | None] | None = None) -> str:
+    """The summary table of a run (or of a notebook's suite): one row per verdict, ``rows`` of plain values
+    ``(study, model, claim, status, key number, checks that flip it)``; the status a badge with its word and the
+    class of :data:`STATUS_CLASSES`; ``anchors[i]`` (when given and not None) links row i's study to ``#anchor``.
+    Every cell is text (``html.escape``)."""
+    anchors = list(anchors or [])
+    body = []
+    for i, (study, model, claim, status, key, flips) in enumerate(rows):
+        anchor = anchors[i] if i < len(anchors) else None
+        name = html.escape(str(study))
+        cell = f'<a href="#{html.escape(anchor)}">{name}</a>' if anchor else name
+        badge = (f'<span class="status {STATUS_CLASSES.get(str(status), "status-other")}">'
+                 f'{html.escape(str(status))}</span>')
+        flipped = ", ".join(map(str, flips)) if flips else "n/a" if status == "not assessable" else "none"
+        body.append(f"<tr><td>{cell}</td><td>{html.escape(str(model))}</td><td>{html.escape(str(claim))}</td>"
+                    f"<td>{badge}</td><td>{html.escape(str(key))}</td><td>{html.escape(flipped)}</td></tr>")
+    if not body:
+        return '<p class="muted">No study reported a verdict.</p>'
+    return ('<table class="summary-table"><tr><th>study</th><th>model</th><th>claim</th><th>status</th>'
+            f'<th>key number</th><th>checks that flip it</th></tr>{"".join(body)}</table>')
+
+
+def section_html(root: Path, s: Section) -> str:
+    """One study's section of a run page (and of a notebook's ``_repr_html_``): its title, question, verdict lines,
+    warnings, figures, report and method notes; file links relative to ``root``."""
+    warn = "".join(f'<p class="warning">{html.escape(w)}</p>' for w in s.warnings)
+    lines = "".join(f"<li>{html.escape(line)}</li>" for line in s.headline)
+    figures = "".join(embed_figure(path, href=path.relative_to(root).as_posix())
+                      for path in figure_files(s.folder))
     report = s.folder / "report.md"
     body = markdown_html(report.read_text(encoding="utf-8"), shift=2) if report.is_file() else ""
     notes = "".join(f"<tr><td>{html.escape(seed)}</td><td>{html.escape(default)}</td></tr>"
@@ -131,17 +179,41 @@ def _section(root: Path, s: Section, warn: str) -> str:
     files = " ".join(f'<a href="{html.escape(quote(p.relative_to(root).as_posix()))}">{html.escape(p.name)}</a>'
                      for p in sorted(s.folder.iterdir()) if p.suffix in (".csv", ".json", ".md", ".zip"))
     return (f'<h2 id="{html.escape(s.anchor)}">{html.escape(s.title)}</h2><p><em>{html.escape(s.question)}</em></p>'
-            f'<p class="muted">Method: {html.escape(s.method)}. Files: {files}</p>{warn}{figures}'
+            f'<p class="muted">Method: {html.escape(s.method)}. Files: {files}</p>{warn}'
+            f'<ul class="verdicts">{lines}</ul>{figures}'
             f'<details open><summary>Report</summary>{body}</details>'
             f'<details><summary>Method notes: --compat seed vs the default</summary><table>'
             f'<tr><th>notebooks (--compat seed)</th><th>layerscope default</th></tr>{notes}</table></details>')
 
 
-def embed_figure(png: Path) -> str:
-    data = base64.b64encode(png.read_bytes()).decode("ascii")
-    name = html.escape(png.stem)
-    return (f'<figure><img alt="{name}" src="data:image/png;base64,{data}"><figcaption class="muted">{name}'
-            '</figcaption></figure>')
+FIGURE_TYPES = {".svg": "image/svg+xml", ".png": "image/png", ".pdf": "application/pdf"}
+"""The figure files a page shows, best first: an SVG (sharp at any zoom), else the PNG, else a PDF (linked)."""
+
+
+def figure_files(folder: Path) -> list[Path]:
+    """The figures of a study folder to embed, one file per figure (its .svg, else its .png, else its .pdf), in
+    name order."""
+    found: dict[str, Path] = {}
+    for suffix in FIGURE_TYPES:  # best first: a figure keeps the first file found
+        for path in folder.glob(f"*{suffix}"):
+            if path.is_file():
+                found.setdefault(path.stem, path)
+    return [found[stem] for stem in sorted(found)]
+
+
+def embed_figure(path: Path, href: str | None = None) -> str:
+    """A figure for the page, captioned with the file's stem: an SVG or PNG as an ``<img>`` with a base64 ``data:``
+    URL (an SVG in an ``<img>`` runs no script; its markup is never put in the page); a PDF, which no ``<img>``
+    shows, as its name, linked to ``href`` (the file's URL relative to the page) when given."""
+    name = html.escape(path.stem)
+    caption = f'<figcaption class="muted">{name}</figcaption></figure>'
+    kind = FIGURE_TYPES.get(path.suffix.lower(), "image/png")
+    if kind == "application/pdf":
+        file = html.escape(path.name)
+        link = f'<a href="{html.escape(quote(href))}">{file}</a>' if href is not None else f"<code>{file}</code>"
+        return f'<figure><p class="muted">PDF only, not shown here: {link}</p>{caption}'
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<figure><img alt="{name}" src="data:{kind};base64,{data}">{caption}'
 
 
 def safe_link(url: str) -> bool:

@@ -4,17 +4,69 @@ state), so studies can draw them from any thread, process or notebook.
     fig, axes = figure(1, 2, size=(14, 5))
     band(axes[0, 0], layers, ci_lo, ci_hi, color)          # an interval band, where both bounds exist
     profile, after = split_stage(rows)                      # the final layer before / after the final norm
+
+    with styled():                                          # the house style (STYLE): around drawing AND saving
+        figs = study.figures(result)
+        svg = save_figure(figs["phases"], "svg")            # bytes; png at PNG_DPI, svg with text as text, pdf
+
+Font sizes are read when an artist is made, so :func:`styled` must wrap the code that draws a figure, not only
+the save. Sizes in study code are relative ("small", "large"), so they follow ``STYLE["font.size"]``.
 """
 
 from __future__ import annotations
 
+import io
+from contextlib import AbstractContextManager
+
+import matplotlib
 import numpy as np
 import pandas as pd
+from matplotlib import cycler
 from matplotlib.figure import Figure
 
-COLORS = ["#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#d62728", "#8c564b", "#e377c2", "#17becf"]
+OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+"""Okabe & Ito's colour-blind-safe palette (blue, orange, green, vermillion, purple, sky blue, yellow, black)."""
+COLORS = OKABE_ITO
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
-POOLING_COLORS = {"mean": "#1f77b4", "last": "#2ca02c", "first": "#ff7f0e"}
+POOLING_COLORS = {"mean": OKABE_ITO[0], "last": OKABE_ITO[2], "first": OKABE_ITO[1]}
+FIGURE_FORMATS = ("png", "svg", "pdf")
+"""The figure file formats layerscope writes (``--figure-format``)."""
+PNG_DPI = 150
+
+STYLE: dict[str, object] = {
+    # Studies draw at 7-22 in wide (most 10-14 in). A 14 pt base is 4.9 pt on a (10, 6) figure shrunk to one
+    # column (3.5 in) and 7-10 pt at text width (7 in); the named sizes below scale with it.
+    "font.size": 14,
+    "axes.titlesize": "large",
+    "axes.labelsize": "large",
+    "xtick.labelsize": "medium",
+    "ytick.labelsize": "medium",
+    "legend.fontsize": "medium",
+    "legend.title_fontsize": "medium",
+    "figure.titlesize": "x-large",
+    "axes.prop_cycle": cycler(color=OKABE_ITO),
+    "lines.linewidth": 1.8,
+    "svg.fonttype": "none",  # text stays text (<text> elements): selectable, editable, searchable
+    "svg.hashsalt": "layerscope",  # the same figure gives the same SVG ids on every run
+    "pdf.fonttype": 42,  # TrueType fonts embedded whole: text stays text, editable in a PDF editor
+    "ps.fonttype": 42,
+}
+"""The matplotlib rcParams every layerscope figure is drawn and saved with (see :func:`styled`)."""
+
+
+def styled() -> AbstractContextManager:
+    """``with styled(): figs = study.figures(result)``: matplotlib's rcParams set to :data:`STYLE` inside."""
+    return matplotlib.rc_context(STYLE)
+
+
+def save_figure(fig: Figure, fmt: str, dpi: int = PNG_DPI) -> bytes:
+    """``save_figure(fig, "svg")``: the figure as ``fmt`` (one of :data:`FIGURE_FORMATS`) bytes, tightly cropped,
+    saved under :data:`STYLE`; png at ``dpi``; no creation date in svg or pdf (the same figure, the same bytes)."""
+    buffer = io.BytesIO()
+    metadata = {"png": None, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[fmt]
+    with styled():
+        fig.savefig(buffer, format=fmt, dpi=dpi, bbox_inches="tight", metadata=metadata)
+    return buffer.getvalue()
 AFTER_NORM = "after final norm"
 """The legend entry of the final layer after the model's final norm (a hollow marker beside the profile)."""
 

@@ -12,6 +12,7 @@
         def figures(self, result) -> dict[str, Figure]: ...   # from result alone
         def report(self, result) -> str: ...              # markdown, from result alone
         def headline(self, result) -> list[str]: ...      # one line per verdict
+        def verdicts(self, result) -> list[Verdict]: ...  # optional: the summary table's rows (default: headline)
         def numbers(self, result, model) -> dict[str, float]: ...   # headline numbers, for sweeps
 
 ``figures`` and ``report`` read only the result (summary and table), so a finished
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..models.zoo import DEFAULT_MODEL
 from .settings import Settings
+from .verdicts import NOT_ASSESSABLE, Verdict
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -62,7 +64,13 @@ class Study(ABC):
 
     @abstractmethod
     def headline(self, result: StudyResult) -> list[str]:
-        """The verdicts in a line each, for the console and the top of a suite report."""
+        """The verdicts in a line each, for the console and the study's section of the run page."""
+
+    def verdicts(self, result: StudyResult) -> list[Verdict]:
+        """The rows of the run's summary table: per model each claim, its status (one of
+        :data:`~.verdicts.STATUSES`), key number and the checks that flip it. By default (a plugin study) one
+        "not assessable" row per :meth:`headline` line, the line as its claim; each built-in study overrides it."""
+        return [Verdict(self.name, "", line, NOT_ASSESSABLE) for line in self.headline(result)]
 
     @abstractmethod
     def numbers(self, result: StudyResult, model: str) -> dict[str, float]:

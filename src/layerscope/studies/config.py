@@ -22,11 +22,12 @@ from ..models import DEFAULT_MODEL, ZOO, LoadedModel
 from ..models.load import is_dtype_name
 from ..models.spec import path_exists, split_revision
 from ..paths import control_char, safe_name
+from ..report.plotting import FIGURE_FORMATS
 from .registry import get_study
 from .settings import ConfigError, Settings, absolute_path, check_bound, parse_layers, select_layers
 
-__all__ = ["COMMON", "ConfigError", "StudyConfig", "absolute_model", "absolute_path", "model_name", "parse_layers",
-           "select_layers"]
+__all__ = ["COMMON", "ConfigError", "StudyConfig", "absolute_model", "absolute_path", "figure_formats", "model_name",
+           "parse_layers", "select_layers"]
 
 
 def model_name(model: str | LoadedModel) -> str:
@@ -81,6 +82,9 @@ class StudyConfig:
     max_length: int | None = _help("Truncate every text to this many tokens (recorded in the manifest). Default: "
                                    "no truncation, and a text longer than the model's maximum positions is an "
                                    "error naming it.", default=None)
+    figure_format: tuple[str, ...] = _help(
+        "Figure file formats, comma-separated: png (150 dpi), svg (text stays text), pdf; e.g. svg,pdf. "
+        "Default: png.", default=("png",))
     settings: Settings = field(default=None, metadata={"help": "The study's own settings."})  # type: ignore
 
     def __init__(self, study: str, models: Any = (), *, settings: Settings | None = None, **kwargs: Any):
@@ -134,6 +138,7 @@ class StudyConfig:
             raise ConfigError(f"unknown store dtype {short(self.store_dtype)}; use float32 or float16")
         if self.device_map not in (None, "auto"):
             raise ConfigError(f"unknown device map {short(self.device_map)}; use 'auto' or leave it out")
+        object.__setattr__(self, "figure_format", figure_formats(self.figure_format))
 
     def __getattr__(self, name: str) -> Any:
         """A study's own setting (``config.n_bootstrap``) or compat-dependent value (``config.layer_spec``)."""
@@ -156,10 +161,27 @@ class StudyConfig:
         """The shared settings and the study's own, flat (as config.yaml and result.json hold them)."""
         data = {name: getattr(self, name) for name in ("study", *COMMON)}  # asdict would copy a model
         data["models"] = list(self.model_names)
+        data["figure_format"] = list(self.figure_format)  # a list, as YAML and JSON read it back
         return {**data, **self.settings.to_dict()}
 
     def input_files(self) -> list[str]:
         return self.settings.input_files()
+
+
+def figure_formats(value: Any) -> tuple[str, ...]:
+    """``figure_formats("svg,pdf")`` -> ``("svg", "pdf")``: the figure formats a ``--figure-format`` value (a
+    string or a list of strings, each comma-separated) names, in order, each once; a :class:`ConfigError` for
+    an unknown or no format."""
+    pieces = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else None
+    if pieces is None or not all(isinstance(p, str) for p in pieces):
+        raise ConfigError(f"figure format {short(value)} must be a string such as 'png,svg' or a list of strings")
+    names = [name.strip().lower() for piece in pieces for name in piece.split(",") if name.strip()]
+    unknown = [name for name in names if name not in FIGURE_FORMATS]
+    if unknown or not names:
+        what = f"unknown figure format {short(unknown[0])}" if unknown else "no figure format given"
+        raise ConfigError(f"{what}; use {', '.join(FIGURE_FORMATS[:-1])} or {FIGURE_FORMATS[-1]}, or several "
+                          "joined by commas (e.g. png,svg)")
+    return tuple(dict.fromkeys(names))
 
 
 def own_fields(cls: type[Settings]) -> dict[str, dataclasses.Field]:

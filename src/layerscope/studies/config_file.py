@@ -313,8 +313,8 @@ def _typed(key: str, value: Any, where: str, source: str, owner: type) -> Any:
     kind = next(a for a in typing.get_args(hint) if a is not type(None)) if optional else hint
     if key == "layers" and isinstance(value, list) and all(type(v) is int for v in value):
         return ",".join(map(str, value))  # [0, 4, 8] means '0,4,8'
-    if key == "models" and isinstance(value, str):
-        return (value,)
+    if key in ("models", "figure_format") and isinstance(value, str):
+        return (value,)  # figure_format: svg,pdf means [svg, pdf] (StudyConfig splits it)
     if typing.get_origin(kind) is tuple:
         if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
             return tuple(value)

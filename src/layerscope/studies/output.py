@@ -2,7 +2,7 @@
 
     out/result.json   schema version, study, config, manifest (with timings), summary
     out/table.csv     the tidy long table
-    out/<name>.png    the study's figures
+    out/<name>.png    the study's figures, in each format of config["figure_format"] (.png, .svg, .pdf)
     out/report.md     tables and verdicts in words
     out/config.yaml   every setting, resolved: `layerscope run --config out/config.yaml` reruns it
     out/index.html    all of the above on one self-contained page
@@ -12,11 +12,12 @@ Every file but index.html is rendered in memory first, so a full disk is reporte
 the folder needs.
 
     input_paths(config)   # the local files and folders a config reads: never replaced by an output folder
+    render_figures(result, ("svg",))         # {"phases.svg": bytes}: the figures, drawn in the house style
+    rewrite_figures(Path("runs/X"), ("svg",))   # a finished run folder's figures again, from its saved files
 """
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import time
@@ -24,11 +25,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..io import staged_dir
+from ..io import atomic_file, staged_dir
 from ..paths import safe_name
+from ..progress import stage, steps
+from ..report.html import check_page
 from ..report.markdown import no_raw_html
+from ..report.plotting import save_figure, styled
+from .config import figure_formats
 from .config_file import dump_configs
-from .pages import write_index
+from .pages import finished_studies, write_index
 from .registry import get_study, study_class
 from .result import StudyResult
 from .settings import file_fields, is_file_setting
@@ -49,8 +54,7 @@ def input_paths(config: Mapping[str, Any]) -> list[str]:
 def write_result(result: StudyResult, out: Path, force: bool = False) -> Path:
     study = get_study(result.study)
     start = time.perf_counter()
-    files = {f"{safe_name(name, f'figure name of study {result.study}')}.png": _png(fig)  # a plugin's keys too
-             for name, fig in study.figures(result).items()}
+    files = render_figures(result, figure_formats(result.config.get("figure_format") or ("png",)))
     files["report.md"] = no_raw_html(study.report(result)).encode()  # a plugin's too: no raw HTML in any report.md
     files["table.csv"] = result.table.to_csv(index=False).encode()
     timings = result.manifest.setdefault("timings", {})
@@ -67,13 +71,33 @@ def write_result(result: StudyResult, out: Path, force: bool = False) -> Path:
     return out
 
 
-def _png(fig) -> bytes:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=150, bbox_inches="tight")
-    return buffer.getvalue()
+def render_figures(result: StudyResult, formats: tuple[str, ...] = ("png",)) -> dict[str, bytes]:
+    """``{"<name>.<format>": bytes}``: each figure of ``result``'s study in each of ``formats``, drawn and saved in
+    the house style (:data:`~layerscope.report.plotting.STYLE`)."""
+    study = get_study(result.study)
+    with styled(), stage(f"{result.study}: drawing figures"):  # font sizes are read as the study draws
+        figures = study.figures(result)
+    saves = [(name, fig, fmt) for name, fig in figures.items() for fmt in formats]
+    return {f"{safe_name(name, f'figure name of study {result.study}')}.{fmt}": save_figure(fig, fmt)  # a plugin's
+            for name, fig, fmt in steps(saves, f"{result.study}: saving figures", "file")}           # keys too
+
+
+def rewrite_figures(folder: Path, formats: tuple[str, ...]) -> list[Path]:
+    """Draw the figures of every study in the finished run folder ``folder`` again, in ``formats``, from its
+    result.json and table.csv (no model is loaded), and write them atomically beside the files there; the
+    paths written. Only the study's own figure files (its figure names, in ``formats``) are replaced."""
+    subs = finished_studies(folder)
+    check_page(folder / "index.html")  # a page of the user's there: fail before writing anything
+    files = {sub / name: data for sub in subs  # all drawn first: a damaged study folder stops it before any write
+             for name, data in render_figures(StudyResult.load(sub), formats).items()}
+    for path, data in files.items():
+        with atomic_file(path, size=len(data)) as f:
+            f.write(data)
+    return list(files)
 
 
 def _size(files: dict[str, bytes]) -> int:
-    """The bytes of ``files`` and of an index.html that embeds them (figures in base64, a third larger)."""
-    pngs = sum(len(data) for name, data in files.items() if name.endswith(".png"))
-    return 2 * sum(len(data) for data in files.values()) + pngs // 3
+    """The bytes of ``files`` and of an index.html that embeds them (png and svg figures in base64, a third
+    larger; one per figure, but count both when a figure has both)."""
+    embedded = sum(len(data) for name, data in files.items() if name.endswith((".png", ".svg")))
+    return 2 * sum(len(data) for data in files.values()) + embedded // 3

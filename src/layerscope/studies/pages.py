@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import OutputError, ResultFileError
+from ..errors import OutputError, ResultFileError, short
 from ..report.html import Section, check_page, render_run, write_page
 from .registry import get_study, studies
 from .result import StudyResult, rerun_hint
+from .verdicts import Verdict, VerdictError
 
 
 def study_folders(folder: Path) -> list[Path]:
@@ -23,21 +24,28 @@ def study_folders(folder: Path) -> list[Path]:
     return sorted(found, key=lambda p: (order.index(p.name) if p.name in order else len(order), p.name))
 
 
-def write_index(folder: Path, name: str | None = None) -> Path:
-    """Render ``folder/index.html`` (atomically) from the files in the run folder; ``name`` titles the page
-    (default: the folder's name)."""
-    folder = Path(folder)
+def finished_studies(folder: Path) -> list[Path]:
+    """:func:`study_folders`, or an :class:`OutputError` when ``folder`` holds no finished study."""
     subs = study_folders(folder)
     if not subs:
         raise OutputError(f"{folder} holds no finished study (no result.json in it or its sub-folders); "
                           "pass a folder written by `layerscope run`")
+    return subs
+
+
+def write_index(folder: Path, name: str | None = None) -> Path:
+    """Render ``folder/index.html`` (atomically) from the files in the run folder; ``name`` titles the page
+    (default: the folder's name)."""
+    folder = Path(folder)
+    subs = finished_studies(folder)
     check_page(folder / "index.html")  # before reading anything: the user's own page is never overwritten
     sections = [section(sub, folder) for sub in subs]
     return write_page(folder / "index.html", render_run(folder, name or folder.resolve().name, sections))
 
 
 def section(sub: Path, root: Path) -> Section:
-    """One study folder as a page section: its result read back, its study's title, notes and headline."""
+    """One study folder as a page section: its result read back, its study's title, notes, headline and its rows
+    of the summary table."""
     result = StudyResult.load(sub)
     study = get_study(result.study)
     seed = result.config.get("compat") == "seed"
@@ -45,7 +53,7 @@ def section(sub: Path, root: Path) -> Section:
                    headline=_headline(study, result, sub), folder=sub,
                    method="seed compat (the notebooks' method)" if seed else "layerscope default",
                    method_notes=list(study.compat_notes), warnings=list(result.summary.get("warnings") or []),
-                   manifest=result.manifest)
+                   manifest=result.manifest, verdicts=_verdicts(study, result, sub))
 
 
 def _headline(study, result: StudyResult, folder: Path) -> list[str]:
@@ -54,5 +62,23 @@ def _headline(study, result: StudyResult, folder: Path) -> list[str]:
     try:
         return list(study.headline(result))
     except (KeyError, TypeError, IndexError, AttributeError) as exc:
-        raise ResultFileError(f"{folder / 'result.json'} lacks what a {result.study} run writes ({type(exc).__name__}: "
-                              f"{str(exc)[:80]}); the file is damaged: {rerun_hint(folder)}") from None
+        raise _damaged(result, folder, exc) from None
+
+
+def _verdicts(study, result: StudyResult, folder: Path) -> list[tuple[str, str, str, str, str, tuple[str, ...]]]:
+    """The study's rows of the summary table, as plain values; a damaged result.json is a :class:`ResultFileError`
+    (as for :func:`_headline`), and a row that is no :class:`Verdict` a :class:`VerdictError` naming the study."""
+    try:
+        verdicts = list(study.verdicts(result))
+    except (KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise _damaged(result, folder, exc) from None
+    for v in verdicts:
+        if not isinstance(v, Verdict):
+            raise VerdictError(f"study {short(result.study)}'s verdicts() returned {short(v)}; return a list of "
+                               "layerscope.studies.verdicts.Verdict")
+    return [v.row() for v in verdicts]
+
+
+def _damaged(result: StudyResult, folder: Path, exc: Exception) -> ResultFileError:
+    return ResultFileError(f"{folder / 'result.json'} lacks what a {result.study} run writes ({type(exc).__name__}: "
+                           f"{str(exc)[:80]}); the file is damaged: {rerun_hint(folder)}")

@@ -5,6 +5,7 @@
     result.table.query("metric == 'r_ua_pref' and pooling == 'mean'")
     result.write("runs/div")            # result.json, table.csv, figures, report.md
     StudyResult.load("runs/div")        # back from disk, without the model
+    result                              # in Jupyter: its section of index.html (verdicts, figures, report)
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class StudyResult:
     """The study's verdicts and headline numbers, JSON-ready."""
     table: pd.DataFrame = field(repr=False)
     """Every per-layer number, one row each, ``TABLE_COLUMNS`` first."""
+    folder: Path | None = field(default=None, repr=False, compare=False)
+    """The run folder it was loaded from or last written to (None: in memory only)."""
 
     def to_json(self) -> dict[str, Any]:
         return jsonable({"schema_version": SCHEMA_VERSION, "study": self.study, "config": self.config,
@@ -44,7 +47,14 @@ class StudyResult:
         """Write the run folder atomically: nothing appears in ``out`` unless all of it does."""
         from .output import write_result
 
-        return write_result(self, Path(out), force=force)
+        self.folder = write_result(self, Path(out), force=force)
+        return self.folder
+
+    def _repr_html_(self) -> str:
+        """In a notebook: the study's section of ``index.html`` (verdicts with their checks, figures, report)."""
+        from .display import study_html
+
+        return study_html(self)
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> StudyResult:
@@ -53,7 +63,7 @@ class StudyResult:
         folder = Path(folder)
         data = _read_result_json(folder / "result.json")
         return cls(study=data["study"], config=data["config"], manifest=data["manifest"],
-                   summary=data["summary"], table=_read_table(folder / "table.csv"))
+                   summary=data["summary"], table=_read_table(folder / "table.csv"), folder=folder)
 
 
 def rerun_hint(folder: Path) -> str:

@@ -106,7 +106,7 @@ def _over_depth(ax, rows: pd.DataFrame, metric: str) -> None:
     ax.set_ylabel(readable(metric))
     ax.set_title(f"{readable(metric)} over depth")
     if len(tasks) <= 12:
-        ax.legend(fontsize=8)
+        ax.legend(fontsize="small")
 
 
 def _over_step(fig: Figure, ax, rows: pd.DataFrame, metric: str, model: str) -> None:
@@ -117,7 +117,7 @@ def _over_step(fig: Figure, ax, rows: pd.DataFrame, metric: str, model: str) -> 
     signed = bool(np.nanmin(data) < 0) if finite.size else False
     image = ax.imshow(data, aspect="auto", origin="lower", cmap="RdBu_r" if signed else "viridis",
                       vmin=-limit if signed else None, vmax=limit if signed else None, interpolation="nearest")
-    ax.set_xticks(range(len(grid.columns)), [str(s) for s in grid.columns], rotation=45, ha="right", fontsize=8)
+    ax.set_xticks(range(len(grid.columns)), [str(s) for s in grid.columns], rotation=45, ha="right", fontsize="small")
     ticks = _ticks(len(grid.index))
     ax.set_yticks(ticks, [str(grid.index[t]) for t in ticks])
     ax.set_xlabel("training step (one column per revision)")
@@ -154,6 +154,6 @@ def dynamics_figure(rows: list[dict], title: str) -> Figure | None:
         ax.set_xlabel("training step")
     for ax in list(axes.flat)[len(names):]:
         ax.set_visible(False)
-    axes.flat[0].legend(fontsize=8)
+    axes.flat[0].legend(fontsize="small")
     fig.suptitle(title)
     return fig

@@ -6,7 +6,8 @@
 The folder holds ``config.yaml`` (the resolved plan), ``tasks/<model>/`` (each task's study run
 folder, written whole or not at all), and, gathered from the finished tasks: ``table.csv``,
 ``sweep.json`` (every task's status, error, time, headline numbers; the manifest), one figure
-per layer-wise metric, ``training_dynamics.png`` when revisions name training steps,
+per layer-wise metric, ``training_dynamics.png`` when revisions name training steps (each figure in every
+format of ``figure_format``),
 ``report.md``, ``index.html`` and ``.layerscope.json`` (the marker, listing the figures: a rerun deletes
 no other file). Running the same sweep again into the same folder skips the
 finished tasks and retries the failed ones; models added to the list are run too.
@@ -36,6 +37,7 @@ from ..io import (
 )
 from ..paths import name_problem, safe_slug
 from ..provenance import library_versions
+from ..report.plotting import FIGURE_FORMATS, save_figure, styled
 from ..studies import get_study
 from ..studies.config import StudyConfig
 from ..studies.output import input_paths
@@ -104,7 +106,8 @@ def prepare_out(plan: SweepPlan, out: Path, force: bool, inputs: Iterable[str | 
 def written_figures(out: Path) -> set[str]:
     """The figures an earlier gather wrote into ``out`` (from its marker): the only files a rerun deletes."""
     names = (read_marker(out) or {}).get("figures")
-    return {n for n in names if isinstance(n, str) and n.endswith(".png") and name_problem(n) is None} \
+    suffixes = tuple(f".{fmt}" for fmt in FIGURE_FORMATS)
+    return {n for n in names if isinstance(n, str) and n.endswith(suffixes) and name_problem(n) is None} \
         if isinstance(names, list) else set()
 
 
@@ -117,7 +120,7 @@ def settings_difference(saved: Path, config: StudyConfig) -> str | None:
         return "its config.yaml cannot be read"
     new = config.to_dict()
     for key, value in new.items():
-        if key != "models" and old.get(key) != value:
+        if key not in ("models", "figure_format") and old.get(key) != value:  # figures: redrawn by a gather
             return f"{key}: {old.get(key)!r} -> {value!r}"
     return None
 
@@ -134,19 +137,23 @@ def gather(plan: SweepPlan, out: Path, outcomes: dict[str, dict], seconds: float
     rows = task_rows(tasks, outcomes)
     with atomic_file(out / "table.csv", "w") as f:
         table.to_csv(f, index=False)
-    figures = {safe_slug(metric, "metric"): fig for metric, fig in  # a plugin's metric names become file names
-               metric_figures(profile_rows(table, plan.config)).items()}
-    dynamics = dynamics_figure(rows, f"{plan.config.study}: headline numbers over training")
+    with styled():  # the house style, as the figures are drawn
+        figures = {safe_slug(metric, "metric"): fig for metric, fig in  # a plugin's metric names become file names
+                   metric_figures(profile_rows(table, plan.config)).items()}
+        dynamics = dynamics_figure(rows, f"{plan.config.study}: headline numbers over training")
     if dynamics is not None:
         figures["training_dynamics"] = dynamics
-    written, pngs = written_figures(out), sorted(f"{name}.png" for name in figures)
-    write_marker(out, "sweep", figures=sorted({*written, *pngs}))  # a kill before the end forgets none
-    for old in written - set(pngs):
+    formats = plan.config.figure_format
+    written, files = written_figures(out), sorted(f"{name}.{fmt}" for name in figures for fmt in formats)
+    write_marker(out, "sweep", figures=sorted({*written, *files}))  # a kill before the end forgets none
+    for old in written - set(files):
         (out / old).unlink(missing_ok=True)  # an earlier gather's figure this one does not make
     for name, fig in figures.items():
-        with atomic_file(out / f"{name}.png") as f:
-            fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
-    write_marker(out, "sweep", figures=pngs)
+        for fmt in formats:
+            data = save_figure(fig, fmt, dpi=120)
+            with atomic_file(out / f"{name}.{fmt}", size=len(data)) as f:
+                f.write(data)
+    write_marker(out, "sweep", figures=files)
     summary = {"study": plan.config.study, "executor": plan.executor, "ray_address": plan.ray_address,
                "tasks": rows, "n_done": sum(r.get("numbers") is not None for r in rows),
                "n_failed": sum(r["status"] == "failed" for r in rows),

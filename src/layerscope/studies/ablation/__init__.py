@@ -24,6 +24,7 @@ from ..result import StudyResult, make_table
 from ..runner import each_model
 from ..settings import ConfigError, Settings, by_compat, check_n_bootstrap, setting
 from .analysis import VERDICT_METRICS
+from .claims import claims as study_claims
 from .configs import load_configs, read_configs, standard_configs, sweep_configs
 from .figures import figures as draw_figures
 from .report import report as write_report
@@ -163,6 +164,7 @@ class Ablation(Study):
 
     figures = staticmethod(draw_figures)
     report = staticmethod(write_report)
+    verdicts = staticmethod(study_claims)
 
     def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
         """With every layer quantized (primary scheme): median perplexity ratio, mean degradation of the high-

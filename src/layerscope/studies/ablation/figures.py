@@ -7,7 +7,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ...report.plotting import MARKERS, figure, figure_slug
+from ...report.plotting import COLORS, MARKERS, figure, figure_slug
 from ..result import StudyResult
 from .summary import AblationSummary, ConfigRow, SweepRow, VariantSummary
 
@@ -41,14 +41,15 @@ def figures(result: StudyResult) -> dict[str, Figure]:
 def _panels(model: str, label: str, v: VariantSummary, rows) -> Figure:
     by = {c["config"]: c for c in v["per_config"]}
     order = [c for c in ORDER if c in by] + [c for c in by if c not in ORDER and not c.startswith("only_L")]
-    colors = ["#2ecc71" if "protected" in c or c == "baseline" else "#e74c3c" for c in order]
+    colors = [COLORS[2] if "protected" in c or c == "baseline" else COLORS[3] for c in order]  # green, vermillion
     fig, axes = figure(2, 2, size=(15, 11))
     ax1, ax2, ax3, ax4 = axes.flat
     ax1.barh(order, [by[c]["mean_degradation"] for c in order], xerr=[by[c]["std_degradation"] for c in order],
              color=colors, capsize=3)
     if "all_quantized" in by:
-        ax1.axvline(by["all_quantized"]["mean_degradation"], color="red", linestyle="--", alpha=0.5)
+        ax1.axvline(by["all_quantized"]["mean_degradation"], color=COLORS[3], linestyle="--", alpha=0.5)
     ax1.set_xlabel("Mean degradation (ppl / baseline ppl - 1)")
+    ax1.set_ylabel("Configuration")
     ax1.set_title("Degradation by layer protection strategy")
 
     ratios = [by[c]["disparity_ratio"] if by[c]["disparity_ratio"] is not None else np.nan for c in order]
@@ -59,11 +60,12 @@ def _panels(model: str, label: str, v: VariantSummary, rows) -> Figure:
     for k, c in enumerate(order):
         if by[c]["disparity_ratio"] is None:
             why = f"broken (ppl x{by[c]['median_ppl_ratio']:.3g})" if by[c].get("broken") else "undefined"
-            ax2.text(0.02, k, why, va="center", fontsize=8, transform=ax2.get_yaxis_transform())
+            ax2.text(0.02, k, why, va="center", fontsize="small", transform=ax2.get_yaxis_transform())
     ax2.axvline(1.0, color="gray", alpha=0.5)
     if "all_quantized" in by and by["all_quantized"]["disparity_ratio"] is not None:
-        ax2.axvline(by["all_quantized"]["disparity_ratio"], color="red", linestyle="--", alpha=0.5)
+        ax2.axvline(by["all_quantized"]["disparity_ratio"], color=COLORS[3], linestyle="--", alpha=0.5)
     ax2.set_xlabel("Disparity ratio D_LR / D_HR" + (" (error bars: bootstrap CI over texts)" if _has_ci(by) else ""))
+    ax2.set_ylabel("Configuration")
     ax2.set_title("Language disparity by protection strategy")
 
     per_lang = rows[rows["metric"] == "degradation"].pivot_table(index="config", columns="lang", values="value",
@@ -74,9 +76,10 @@ def _panels(model: str, label: str, v: VariantSummary, rows) -> Figure:
     for j, lang in enumerate(per_lang.columns):
         ax3.bar(x + (j - (len(per_lang.columns) - 1) / 2) * width, per_lang[lang], width=width, label=lang)
     ax3.set_xticks(x, per_lang.index, rotation=45, ha="right")
-    ax3.set_ylabel("Mean degradation")
+    ax3.set_xlabel("Configuration")
+    ax3.set_ylabel("Mean degradation (ppl / baseline ppl - 1)")
     ax3.set_title("Per-language degradation by configuration")
-    ax3.legend(title="Language", fontsize=8)
+    ax3.legend(title="Language", fontsize="small")
 
     # a marker per configuration, and its name beside it
     for k, (c, color) in enumerate(zip(order, colors, strict=False)):
@@ -84,13 +87,14 @@ def _panels(model: str, label: str, v: VariantSummary, rows) -> Figure:
         ax4.errorbar(x, y, xerr=_errors([x], [by[c].get("d_hr_ci")]), yerr=_errors([y], [by[c].get("d_lr_ci")]),
                      fmt=MARKERS[k % len(MARKERS)], markersize=9, color=color, ecolor=color, elinewidth=1,
                      capsize=2, alpha=0.85, label=c + (" (broken)" if by[c].get("broken") else ""))
-        ax4.annotate(c, (x, y), xytext=(6, 5 if k % 2 == 0 else -11), textcoords="offset points", fontsize=7)
+        ax4.annotate(c, (x, y), xytext=(6, 5 if k % 2 == 0 else -11), textcoords="offset points",
+                     fontsize="x-small")
     top = max(max(by[c]["d_hr"] for c in order), max(by[c]["d_lr"] for c in order), 1e-12)
     ax4.plot([0, top], [0, top], "k--", alpha=0.3, label="equal degradation")
     ax4.set_xlabel("High-resource degradation" + (" (error bars: bootstrap CI over texts)" if _has_ci(by) else ""))
     ax4.set_ylabel("Low-resource degradation")
     ax4.set_title("HR vs LR degradation per configuration (above the diagonal: disparity)")
-    ax4.legend(fontsize=7, loc="upper left")
+    ax4.legend(fontsize="x-small", loc="upper left")
     if max(by[c]["mean_degradation"] for c in order) > LOG_ABOVE:  # a broken model: spread the orders of magnitude
         for ax in (ax1, ax4):
             ax.set_xscale("symlog", linthresh=0.1)
@@ -101,7 +105,7 @@ def _panels(model: str, label: str, v: VariantSummary, rows) -> Figure:
         ax1.set_xlabel(ax1.get_xlabel() + ", symlog scale")
     for ax in (ax1, ax2, ax3, ax4):
         ax.grid(True, alpha=0.3)
-    fig.suptitle(f"{model}: layer ablation, {label}", fontsize=14, fontweight="bold")
+    fig.suptitle(f"{model}: layer ablation, {label}", fontweight="bold")
     return fig
 
 
@@ -123,7 +127,7 @@ def _layer_error(model: str, label: str, v: VariantSummary, resource: dict[str, 
     ax.grid(True, alpha=0.3)
     twin = ax.twinx()
     if sweep:
-        for group, color in (("high", "#2980b9"), ("low", "#c0392b")):
+        for group, color in (("high", COLORS[0]), ("low", COLORS[3])):
             rows = [r for r in sweep if resource.get(r["lang"]) == group]
             by_layer = {layer: np.mean([r["delta_nll"] for r in rows if r["layer"] == layer]) for layer in layers}
             if rows:
@@ -131,10 +135,10 @@ def _layer_error(model: str, label: str, v: VariantSummary, resource: dict[str, 
                           label=f"delta NLL, only this layer ({group}-resource)")
         twin.set_ylabel("Mean delta NLL, only this layer quantized (nats/token)")
     else:
-        twin.plot(layers, [e["weight_rel_err"] for e in errors], "^:", color="#8e44ad", label="weight relative error")
+        twin.plot(layers, [e["weight_rel_err"] for e in errors], "^:", color=COLORS[4], label="weight relative error")
         twin.set_ylabel("||W - W_q|| / ||W||")
     handles = [h for a in (ax, twin) for h in a.get_legend_handles_labels()[0]]
-    ax.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="best")
+    ax.legend(handles, [h.get_label() for h in handles], fontsize="small", loc="best")
     ax.set_title("Each layer's own error (full-precision input) and its damage alone")
     if sweep:
         damage = {layer: np.mean([r["delta_nll"] for r in sweep if r["layer"] == layer]) for layer in layers}
@@ -143,16 +147,16 @@ def _layer_error(model: str, label: str, v: VariantSummary, resource: dict[str, 
         y = [damage[layer] for layer in layers]
         right.scatter(x, y, color="#34495e")
         for layer, xi, yi in zip(layers, x, y, strict=True):
-            right.annotate(str(layer), (xi, yi), fontsize=7, xytext=(3, 2), textcoords="offset points")
+            right.annotate(str(layer), (xi, yi), fontsize="x-small", xytext=(3, 2), textcoords="offset points")
         corr = v.get("sqnr_vs_sweep", {})
         rho = corr.get("rho")
         right.set_title("SQNR vs delta NLL per layer" + (f" (Spearman rho {rho:+.2f}, p = {corr['p']:.2g})"
                                                          if rho is not None else ""))
         right.set_xlabel("SQNR of the layer's output (dB)")
-        right.set_ylabel("Mean delta NLL, only this layer quantized")
+        right.set_ylabel("Mean delta NLL, only this layer quantized (nats/token)")
         right.grid(True, alpha=0.3)
     fig.suptitle(f"{model}: per-layer quantization error, {label} ({v.get('recipe', 'custom')} recipe, "
-                 f"{v.get('bits', '?')}-bit)", fontsize=13, fontweight="bold")
+                 f"{v.get('bits', '?')}-bit)", fontweight="bold")
     return fig
 
 
@@ -171,7 +175,7 @@ def _heatmap(model: str, label: str, sweep: list[SweepRow], resource: dict[str, 
     ax.set_xlabel("Language")
     ax.set_ylabel("Only this layer quantized")
     ax.set_title(f"{model}: per-layer sensitivity ({label})\nmean NLL increase over baseline (nats/token)")
-    fig.colorbar(image, ax=ax, label="delta NLL")
+    fig.colorbar(image, ax=ax, label="delta NLL (nats/token)")
     return fig
 
 

@@ -32,6 +32,7 @@ from ..result import StudyResult, make_table
 from ..runner import each_model
 from ..settings import MAX_LAYER, Settings, check_count, setting
 from .analysis import TOKEN_SETS, VERDICT_METRICS, analyse_states, headline_tokens
+from .claims import claims as study_claims
 from .figures import figures as draw_figures
 from .report import report as write_report
 from .summary import AnisotropyModel, AnisotropySummary, headline_set
@@ -94,6 +95,7 @@ class Anisotropy(Study):
 
     figures = staticmethod(draw_figures)
     report = staticmethod(write_report)
+    verdicts = staticmethod(study_claims)
 
     def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
         """L*, its depth (% of the layers) and the top-1 eigenvalue share there, for the headline tokens."""

@@ -13,16 +13,16 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from ...report.plotting import after_norm_marker, figure, figure_slug, split_stage
+from ...report.plotting import COLORS, after_norm_marker, figure, figure_slug, split_stage
 from ..result import StudyResult
 from .analysis import TOKEN_SETS
 from .drivers import bell_label
 from .summary import AnisotropyModel, AnisotropySummary, headline_set
 
-PANELS = [("top1_ratio", "λ1 / Σλ (top-1 share)", "Variance concentration in the first PC", "b", "o"),
-          ("effective_rank", "Effective rank", "Effective rank (lower = more anisotropic)", "g", "s"),
-          ("cos_to_mean", "Mean cosine to the mean state", "Directional anisotropy", "m", "^"),
-          ("eigenvalue_variance", "Var(λ) (log scale)", "Eigenvalue variance", "r", "d")]
+PANELS = [("top1_ratio", "λ1 / Σλ (top-1 share)", "Variance concentration in the first PC", COLORS[0], "o"),
+          ("effective_rank", "Effective rank", "Effective rank (lower = more anisotropic)", COLORS[2], "s"),
+          ("cos_to_mean", "Mean cosine to the mean state", "Directional anisotropy", COLORS[4], "^"),
+          ("eigenvalue_variance", "Var(λ) (log scale)", "Eigenvalue variance", COLORS[3], "d")]
 
 
 def figures(result: StudyResult) -> dict[str, Figure]:
@@ -52,13 +52,13 @@ def figures(result: StudyResult) -> dict[str, Figure]:
                     ax.scatter(final["layer"], final["value"], s=160, marker="*", color=color, zorder=6,
                                label=f"layer {s['n_layers']} before the final norm (used)")
                     after_norm_marker(ax, after["layer"], after["value"], color)
-            ax.axvline(star, color="red", linestyle="--", linewidth=2, label=f"L* = {star}")
+            ax.axvline(star, color=COLORS[7], linestyle="--", linewidth=2, label=f"L* = {star}")
             ax.set_xlabel("Layer")
             ax.set_ylabel(ylabel)
             ax.set_title(title)
             ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=9)
-        fig.suptitle(_title(model, s), fontsize=15, fontweight="bold")
+            ax.legend(fontsize="small")
+        fig.suptitle(_title(model, s), fontweight="bold")
         out[f"anisotropy_profile{suffix}"] = fig
 
         fig, axes = figure(1, 1, size=(12, 6))

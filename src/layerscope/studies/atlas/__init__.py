@@ -38,6 +38,7 @@ from ..settings import (
     setting,
 )
 from .analysis import VERDICT_METRICS, analyse_pass, cross_model_rows
+from .claims import claims as study_claims
 from .figures import figures as draw_figures
 from .report import headline_line
 from .report import report as write_report
@@ -136,6 +137,7 @@ class Atlas(Study):
 
     figures = staticmethod(draw_figures)
     report = staticmethod(write_report)
+    verdicts = staticmethod(study_claims)
 
     def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
         """The consensus phase boundaries (% depth) and their interval widths (layers), the anisotropy L*, the layer

@@ -33,6 +33,14 @@ PANELS = [("lens_ce", "Logit lens: cross-entropy (nats)", False), ("lens_kl", "L
           ("dataset_entropy_normalised", "Dataset entropy (normalised)", False),
           ("massive_ratio", "Massive activation: top / median", True), ("norm", "Residual norm", True)]
 
+YLABELS = {"lens_ce": "cross-entropy (nats/token)", "lens_kl": "KL (nats/token)",
+           "lens_top1_agree": "agreement (fraction of tokens)", "lens_entropy": "entropy (nats)",
+           "block_influence": "1 - cosine", "angular_distance": "angular distance (fraction of pi)",
+           "twonn_id": "intrinsic dimension", "top1_ratio": "share of variance",
+           "prompt_entropy_normalised": "entropy / its maximum", "dataset_entropy_normalised": "entropy / its maximum",
+           "massive_ratio": "ratio (top / median |activation|)", "norm": "L2 norm"}
+"""Each panel's y-axis label, with its unit."""
+
 
 def figures(result: StudyResult) -> dict[str, Figure]:
     summary: AtlasSummary = result.summary
@@ -79,11 +87,12 @@ def profiles(table: pd.DataFrame, summary: AtlasSummary, colors: dict) -> Figure
             ax.set_yscale("log")
         ax.set_title(title)
         ax.set_xlabel("Depth (layer / n_layers)")
+        ax.set_ylabel(YLABELS[metric])
         ax.grid(True, alpha=0.3)
-    axes[0, 0].legend(fontsize=8)
+    axes[0, 0].legend(fontsize="small")
     fig.suptitle("Layer atlas: thick lines and shading, the consensus boundaries and their 95 % intervals; thin, "
                  "the panel's own change points; dashed grey, the phases study's thirds; dotted, the anisotropy L*",
-                 fontsize=13, fontweight="bold")
+                 fontsize="large", fontweight="bold")
     return fig
 
 
@@ -104,8 +113,8 @@ def heatmap(rows: pd.DataFrame, model: str, model_b: str) -> Figure:
     fig, axes = figure(1, 1, size=(8, 7))
     ax = axes[0, 0]
     image = ax.imshow(matrix.to_numpy(dtype=float), origin="lower", cmap="magma", vmin=0, vmax=1, aspect="auto")
-    ax.set_xticks(range(len(matrix.columns)), [str(c) for c in matrix.columns], fontsize=7, rotation=90)
-    ax.set_yticks(range(len(matrix.index)), [str(i) for i in matrix.index], fontsize=7)
+    ax.set_xticks(range(len(matrix.columns)), [str(c) for c in matrix.columns], fontsize="x-small", rotation=90)
+    ax.set_yticks(range(len(matrix.index)), [str(i) for i in matrix.index], fontsize="x-small")
     ax.set_xlabel(f"{model_b} layer")
     ax.set_ylabel(f"{model} layer")
     same = model == model_b
@@ -125,7 +134,8 @@ def massive_map(rows: pd.DataFrame, model: str) -> Figure:
         values = np.log10(matrix.to_numpy(dtype=float))
     image = ax.imshow(values, origin="lower", cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(CLASSES)), [c.replace("_", " ") for c in CLASSES])
-    ax.set_yticks(range(len(matrix.index)), [str(i) for i in matrix.index], fontsize=7)
+    ax.set_yticks(range(len(matrix.index)), [str(i) for i in matrix.index], fontsize="x-small")
+    ax.set_xlabel("position class")
     ax.set_ylabel("layer")
     ax.set_title(f"{model}: massive activations by position class")
     fig.colorbar(image, ax=ax, label="log10(largest |activation| / text median), mean over texts")

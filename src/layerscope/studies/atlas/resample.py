@@ -23,6 +23,7 @@ from ...engine.atlas import AtlasPass
 from ...measures.cka_debiased import debiased_cka_from_grams, gram
 from ...measures.entropy import gram_entropy, matrix_entropy
 from ...measures.intrinsic import pairwise_distances, twonn_from_distances
+from ...progress import steps
 
 MAX_RESAMPLED_TEXTS = 2000
 """Texts the all-at-once measures resample from (a seeded subset beyond it): three n x n matrices per layer."""
@@ -113,7 +114,7 @@ def pooled_profiles(p: AtlasPass, w: np.ndarray, s: int, twonn: str,
     n_l = len(p.layers)
     cka, twonn_id, entropy = (np.full((len(w), n_l), np.nan) for _ in range(3))
     previous = None
-    for j in range(n_l):
+    for j in steps(range(n_l), f"atlas: {len(w)} resamples of CKA, TwoNN and entropy", "layer"):
         x = pooled[valid, j].astype(np.float64)
         centred = gram(x)
         for r, u in enumerate(subsets):

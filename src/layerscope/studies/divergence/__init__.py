@@ -20,6 +20,7 @@ from ..registry import register_study
 from ..result import StudyResult, make_table
 from ..settings import PAIR_NOTES, PairSettings, setting
 from .analysis import VERDICT_METRICS, analyse_model
+from .claims import claims as study_claims
 from .figures import figures as draw_figures
 from .report import report as write_report
 from .summary import DivergenceModel, DivergenceSummary, by_pooling, headline_entry
@@ -60,6 +61,7 @@ class Divergence(Study):
 
     figures = staticmethod(draw_figures)
     report = staticmethod(write_report)
+    verdicts = staticmethod(study_claims)
 
     def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
         """r(UA, preference) per pooling at the headline layer (the last tested one; seed compat: the final one)."""

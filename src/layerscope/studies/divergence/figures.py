@@ -60,7 +60,7 @@ def _curves(ax, result: StudyResult) -> None:
     ax.set_xlabel("Layer")
     ax.set_ylabel("r(UA, output preference)")
     ax.set_title("Correlation by layer: points of divergence (dotted)", fontweight="bold")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize="small")
 
 
 def _bars(ax, result: StudyResult) -> None:
@@ -76,7 +76,7 @@ def _bars(ax, result: StudyResult) -> None:
         x = np.arange(len(poolings)) + (m - (len(models) - 1) / 2) * width
         drawn = ax.bar(x, values, width=width, color=[POOLING_COLORS[p] for p in poolings], edgecolor="black",
                        alpha=1 - 0.25 * m, label=model)
-        ax.bar_label(drawn, labels=[f"{v:+.3f}" for v in values], fontsize=9)
+        ax.bar_label(drawn, labels=[f"{v:+.3f}" for v in values], fontsize="small")
         lo = [_value(comparison[p].get("ci_lo")) for p in poolings]
         hi = [_value(comparison[p].get("ci_hi")) for p in poolings]
         if np.isfinite(lo).any():  # the interval on its own line: it need not contain r
@@ -85,10 +85,11 @@ def _bars(ax, result: StudyResult) -> None:
             has_ci = True
     ax.set_xticks(np.arange(len(poolings)), [f"{p} pooling" for p in poolings])
     zero_line(ax)
+    ax.set_xlabel("Pooling strategy")
     ax.set_ylabel("r(UA, output preference)")
     ax.set_title("Correlation by pooling strategy (final layer)", fontweight="bold")
     if len(models) > 1 or has_ci:
-        ax.legend(fontsize=8)
+        ax.legend(fontsize="small")
 
 
 def _value(x) -> float:

@@ -34,6 +34,7 @@ from ..settings import (
     setting,
 )
 from .analysis import VERDICT_METRICS, analyse_run
+from .claims import claims as study_claims
 from .figures import figures as draw_figures
 from .report import report as write_report
 from .summary import ComparisonRow, PhaseMean, PhasesCheck, PhasesModel, PhasesSummary, PhaseValues
@@ -103,6 +104,7 @@ class Phases(Study):
 
     figures = staticmethod(draw_figures)
     report = staticmethod(write_report)
+    verdicts = staticmethod(study_claims)
 
     def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
         """The early, mid and late phase means of r, and the last tested layer's r."""

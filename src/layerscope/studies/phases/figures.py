@@ -41,13 +41,13 @@ def figures(result: StudyResult) -> dict[str, Figure]:
                              label=norm_label) is not None:
             norm_label = False
         sig = rows["significant"].eq(True).to_numpy()  # a missing value (NaN) is not significant
-        ax.scatter(layers[sig], r[sig], color="red", s=140, zorder=5, marker="*",
+        ax.scatter(layers[sig], r[sig], color=COLORS[3], s=140, zorder=5, marker="*",
                    label=significance_label(result) if m == 0 else None)
     zero_line(ax)
     ax.set_xlabel("Layer")
     ax.set_ylabel("r(centroid asymmetry, output preference)")
     patterns = "; ".join(f"{model}: {s['pattern']}" for model, s in summary["models"].items())
-    ax.set_title(f"Pair-level correlation by layer\nPattern: {patterns}", fontsize=13)
+    ax.set_title(f"Pair-level correlation by layer\nPattern: {patterns}", fontsize="large")
     ax.legend()
     return {"phases": fig}
 

@@ -20,6 +20,7 @@ from ..result import StudyResult, make_table
 from ..sensitivity import robustness
 from ..settings import PAIR_NOTES, POOLING_HELP, PairSettings, check_pooling, setting
 from .analysis import EMBEDDING_LAYER, VERDICT_METRICS, analyse_model, peak_stability, peak_verdict
+from .claims import claims as study_claims
 from .figures import figures as draw_figures
 from .report import report as write_report
 from .summary import ScalingModel, ScalingSummary
@@ -85,6 +86,7 @@ class Scaling(Study):
 
     figures = staticmethod(draw_figures)
     report = staticmethod(write_report)
+    verdicts = staticmethod(study_claims)
 
     def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
         """The peak r, its depth (% of the layers) and the r of the last tested layer."""

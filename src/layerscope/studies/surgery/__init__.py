@@ -29,6 +29,7 @@ from ..result import StudyResult, make_table
 from ..runner import each_model
 from ..settings import ConfigError, Settings, check_count, check_n_bootstrap, parse_layers, setting
 from .analysis import Groups, Options, analyse
+from .claims import claims as study_claims
 from .figures import figures as draw_figures
 from .jobs import KINDS, default_max_k, surgery_jobs
 from .report import headline_line
@@ -180,6 +181,7 @@ class Surgery(Study):
 
     figures = staticmethod(draw_figures)
     report = staticmethod(write_report)
+    verdicts = staticmethod(study_claims)
 
     def headline(self, result: StudyResult) -> list[str]:
         """One line per model: the critical blocks, whether block influence predicts the skip cost, and the

@@ -16,13 +16,13 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from ...report.plotting import band, figure, figure_slug, zero_line
+from ...report.plotting import COLORS, band, figure, figure_slug, zero_line
 from ..result import StudyResult
 
 LINES = {"given": ("-", "boundary (given)"), "change_points": ("--", "block influence change point"),
          "thirds": (":", "thirds")}
-RULE_STYLE = {"block_influence": ("tab:blue", "lowest block influence (ShortGPT)"),
-              "angular_distance": ("tab:orange", "closest contiguous block (Gromov et al.)")}
+RULE_STYLE = {"block_influence": (COLORS[0], "lowest block influence (ShortGPT)"),
+              "angular_distance": (COLORS[1], "closest contiguous block (Gromov et al.)")}
 
 
 def figures(result: StudyResult) -> dict[str, Figure]:
@@ -51,10 +51,10 @@ def layers_figure(rows: pd.DataFrame, s: dict, kinds: list[str], model: str) -> 
         r = rows[(rows["intervention"] == kind) & (rows["metric"] == "delta_nll") & _all_langs(rows)]
         r = r.sort_values("layer")
         x = r["layer"].to_numpy(dtype=float)
-        ax.plot(x, r["value"], marker="o", markersize=3, color="tab:blue", label="mean delta NLL")
-        band(ax, x, r["ci_lo"], r["ci_hi"], "tab:blue", label="95% bootstrap CI")
+        ax.plot(x, r["value"], marker="o", markersize=3, color=COLORS[0], label="mean delta NLL")
+        band(ax, x, r["ci_lo"], r["ci_hi"], COLORS[0], label="95% bootstrap CI")
         sig = r["q"].to_numpy(dtype=float) < 0.05
-        ax.plot(x[sig], r["value"].to_numpy()[sig], "o", color="tab:red", markersize=5, label="BH q < 0.05")
+        ax.plot(x[sig], r["value"].to_numpy()[sig], "o", color=COLORS[3], markersize=5, label="BH q < 0.05")
         for name, b in s.get("boundaries", {}).items():
             style, label = LINES.get(name, ("-", name))
             for i, state in enumerate(b["states"]):
@@ -65,7 +65,7 @@ def layers_figure(rows: pd.DataFrame, s: dict, kinds: list[str], model: str) -> 
         ax.set_title(f"{model}: {what}")
         ax.set_xlabel("decoder block l (0-based)")
         ax.set_ylabel("delta NLL (nats/token)")
-        ax.legend(fontsize=7, loc="lower center", ncol=5)
+        ax.legend(fontsize="x-small", loc="lower center", ncol=5)
     return fig
 
 
@@ -87,7 +87,7 @@ def pruning_figure(rows: pd.DataFrame, model: str) -> Figure:
     ax.set_ylabel("delta NLL (nats/token)")
     ax.set_title(f"{model}: pruning curve")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize="small")
     return fig
 
 
@@ -101,6 +101,7 @@ def language_figure(s: dict, kinds: list[str], model: str) -> Figure:
                           norm=_symlog(grid), interpolation="nearest")
         ax.set_yticks(range(len(langs)), langs)
         ax.set_xlabel("decoder block l")
+        ax.set_ylabel("language")
         ax.set_title(f"{model}: delta NLL per language, {kind}")
         fig.colorbar(image, ax=ax, label="delta NLL (nats/token)")
     return fig

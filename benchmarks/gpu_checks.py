@@ -1,0 +1,89 @@
+"""The engine's other GPU paths on an 8B-shaped random bf16 model: the atlas pass, surgery with and without
+prefix reuse, and the logit lens of one prompt; wall time and peak GPU memory of each.
+
+    python benchmarks/gpu_checks.py [--tokenizer DIR] [--texts 460] [--surgery-texts 64]
+    python benchmarks/gpu_checks.py --tiny-cpu        # the same code path on a tiny shape, on the CPU
+
+Checks, not only timings: surgery's numbers with prefix reuse equal those without (largest difference printed);
+the lens at the last layer equals the model's own argmax at every position. Exits with status 1 when either fails,
+2 without a CUDA GPU (and without ``--tiny-cpu``). The model and texts are ``extract_gpu.py``'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+from extract_gpu import build_random, model_configs, peak_gib, reset_peak, seed_texts, smollm2_tokenizer, sync
+
+
+def timed(device: torch.device, what, *args, **kwargs):
+    reset_peak(device)
+    sync(device)
+    start = time.perf_counter()
+    out = what(*args, **kwargs)
+    sync(device)
+    return out, time.perf_counter() - start, peak_gib(device)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokenizer", default=None)
+    parser.add_argument("--texts", type=int, default=460, help="texts for the atlas pass")
+    parser.add_argument("--surgery-texts", type=int, default=64)
+    parser.add_argument("--tiny-cpu", action="store_true")
+    args = parser.parse_args()
+    if not args.tiny_cpu and not torch.cuda.is_available():
+        print("gpu_checks.py needs a CUDA GPU (or --tiny-cpu)", file=sys.stderr)
+        return 2
+    os.environ.setdefault("LAYERSCOPE_PROGRESS", "0")
+    from layerscope import Intervention, lens, measure_interventions
+    from layerscope.engine.atlas import atlas_pass
+    from layerscope.models import LoadedModel
+
+    device = torch.device("cpu") if args.tiny_cpu else torch.device("cuda")
+    name, config = next(iter(model_configs(args.tiny_cpu).items()))
+    dtype = torch.float32 if args.tiny_cpu else torch.bfloat16
+    tokenizer = smollm2_tokenizer(args.tokenizer)
+    lm = LoadedModel.wrap(build_random(config, device, dtype), tokenizer, name=name)
+    texts = seed_texts(tokenizer, n_pairs=args.texts // 2)
+    label = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (tiny shapes)"
+    print(f"{label}, torch {torch.__version__}, {name} {dtype}", flush=True)
+    ok = True
+
+    atlas_pass(lm, texts[:8], max_length=40, progress=False)  # warm-up
+    result, seconds, peak = timed(device, atlas_pass, lm, texts, max_length=40, progress=False)
+    print(f"atlas pass, {len(texts)} texts, every layer: {seconds:.2f} s, peak GPU {peak:.1f} GiB", flush=True)
+
+    n_layers = lm.info.n_layers
+    ivs = ([Intervention.skip(b) for b in range(n_layers)] + [Intervention.repeat(b) for b in range(0, n_layers, 4)]
+           + [Intervention.swap(b) for b in range(0, n_layers - 1, 4)])
+    few = texts[: args.surgery_texts]
+    whole, t_whole, p_whole = timed(device, measure_interventions, lm, few, ivs, max_length=40, prefix_reuse=False,
+                                    progress=False)
+    reuse, t_reuse, p_reuse = timed(device, measure_interventions, lm, few, ivs, max_length=40, prefix_reuse=True,
+                                    progress=False)
+    diff = max(float(np.nanmax(np.abs(np.asarray(reuse[iv].nll) - np.asarray(whole[iv].nll)))) for iv in ivs)
+    print(f"surgery, {len(ivs)} interventions x {len(few)} texts: whole passes {t_whole:.2f} s (peak {p_whole:.1f} "
+          f"GiB), prefix reuse {t_reuse:.2f} s (peak {p_reuse:.1f} GiB), {t_whole / t_reuse:.2f}x; largest NLL "
+          f"difference {diff:.2e}", flush=True)
+    ok &= diff <= (1e-4 if args.tiny_cpu else 5e-2)  # bf16: a resumed stream is the same bits, summed in float32
+
+    prompt = "The capital of France is"
+    frame, seconds, peak = timed(device, lens, lm, prompt, top_k=5)
+    with torch.no_grad():
+        ids = tokenizer(prompt, return_tensors="pt").to(device)
+        own = lm.model(**ids).logits[0].argmax(-1).cpu().numpy()
+    top = frame[(frame["layer"] == n_layers) & (frame["rank"] == 1)].sort_values("position")["token_id"].to_numpy()
+    same = np.array_equal(top, own)
+    print(f"lens of one prompt: {seconds:.2f} s; last layer equals the model's argmax at every position: {same}")
+    ok &= same
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

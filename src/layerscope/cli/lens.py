@@ -1,0 +1,128 @@
+"""``layerscope lens PROMPT``: one prompt through the logit lens, every layer's top-1 next token printed as a grid.
+
+    layerscope lens "The capital of France is" --model smollm2-135m
+    layerscope lens "The capital of France is" --top-k 10 --out lens/     # lens.csv, lens.png, lens.svg
+    layerscope lens --texts prompts.txt --out lens/                        # lens.csv (a text column), lens-1.png, ...
+
+Rows are layers 0 (embeddings) .. n_layers (the model's own output), columns the input tokens; a cell is the token
+the lens ranks first after that input token (a space shown as ``·``, newlines as ``\\n``, long tokens cut).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from ..errors import FORCE, OUT, DatasetError, OutputError
+from ..models import DEFAULT_MODEL
+from .app import app, setup_logging, user_errors
+from .extract import MODEL_HELP, DType
+
+if TYPE_CHECKING:
+    from ..engine.lens_prompt import LensTable
+
+TITLE_CHARS = 80
+"""The most characters of a prompt a figure's title quotes."""
+
+
+@app.command("lens")
+@user_errors
+def lens_command(
+    prompt: str = typer.Argument(None, metavar="PROMPT", help="The text to read through the lens (or use --texts)."),
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help=MODEL_HELP),
+    top_k: int = typer.Option(5, "--top-k", help="Guesses kept per layer and position in lens.csv (the grid "
+                              "shows the first)."),
+    texts: Path = typer.Option(None, "--texts", help="A text file of prompts, one per line (blank lines and lines "
+                               "starting with # skipped), instead of PROMPT."),
+    out: Path = typer.Option(None, "--out", "-o", help="Folder to write lens.csv, lens.png and lens.svg into "
+                             "(lens-1.png, lens-1.svg, ... with --texts). Default: print only."),
+    force: bool = typer.Option(False, "--force", help="Replace lens files already in --out."),
+    dtype: DType = typer.Option(DType.auto, "--dtype", help="One dtype for every parameter. "
+                                "Default: bfloat16 on CUDA, float32 on CPU."),
+    device: str = typer.Option(None, "--device", help="cpu, cuda or cuda:N. Default: cuda if present, else cpu."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress details to stderr."),
+) -> None:
+    """Read PROMPT through the model's final norm and head at every layer (the logit lens, as the atlas) and print
+    the layer x position grid of top-1 next tokens; with --out, also a CSV of the top-k and a heat map."""
+    from ..engine.lens_prompt import check_top_k, lens
+    from ..models import load_model
+
+    setup_logging(verbose)
+    prompts = read_prompts(prompt, texts)
+    check_top_k(top_k)
+    targets = out_files(out, len(prompts) if texts else None, force, [p for p in (texts, model) if p]) if out else []
+    lm = load_model(model, dtype=dtype.value, device=device)
+    table = lens(lm, prompts if texts is not None else prompts[0], top_k=top_k)
+    typer.echo(f"logit lens of {lm.info.name}: the top-1 next token at each layer (rows; {lm.info.n_layers} = "
+               "the model's output) after each input token (columns); · = space")
+    for i, text in enumerate(table.texts()):
+        if text is not None:
+            typer.echo(f"\ntext {i + 1}: {text}")
+        typer.echo(table.grid(text))
+    if out:
+        write_files(table, targets, lm.info.name, prompts)
+        typer.echo(f"\nwrote {', '.join(str(p) for p in targets)}")
+
+
+def read_prompts(prompt: str | None, texts: Path | None) -> list[str]:
+    """The prompt, or the prompts of the ``--texts`` file; :class:`DatasetError` for both, neither or none."""
+    from ..data.prompts import load_prompts
+
+    if (prompt is None) == (texts is None):
+        raise DatasetError("give one PROMPT or --texts FILE" + (", not both" if prompt is not None else "") +
+                           ', e.g. layerscope lens "The capital of France is"')
+    if prompt is not None:
+        if not prompt.strip():
+            raise DatasetError("PROMPT is empty; give text for the model to read, e.g. \"The capital of France is\"")
+        return [prompt]
+    found = load_prompts(texts, option="--texts", purpose="the lens", minimum=0).texts
+    if not found:
+        raise DatasetError(f"{texts} holds no prompt (blank lines and # lines are skipped); put one prompt per line")
+    return list(found)
+
+
+def out_files(out: Path, n_prompts: int | None, force: bool, inputs: list) -> list[Path]:
+    """The files ``--out`` gets: lens.csv, then lens.png and lens.svg for one PROMPT (``n_prompts`` None), or
+    lens-1.png, lens-1.svg, ... for each of ``n_prompts`` prompts of a --texts file. :class:`OutputError` when
+    ``out`` is a file, when one of them exists (without ``--force``) or when one is an input of the command."""
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"output path {out} exists and is not a folder; choose another {OUT}")
+    stems = ["lens"] if n_prompts is None else [f"lens-{i + 1}" for i in range(n_prompts)]
+    targets = [out / "lens.csv", *(out / f"{stem}.{ext}" for stem in stems for ext in ("png", "svg"))]
+    given = {Path(p).resolve() for p in inputs if Path(p).exists()}
+    for path in targets:
+        if path.resolve() in given:
+            raise OutputError(f"will not replace {path}: it is an input of this command; choose another {OUT}")
+        if path.exists() and not force:
+            raise OutputError(f"{path} already exists; choose another {OUT}, or pass {FORCE} to replace the lens "
+                              "files in it")
+        if path.is_dir():
+            raise OutputError(f"{path} is a folder; choose another {OUT}")
+    return targets
+
+
+def write_files(table: LensTable, targets: list[Path], model: str, prompts: list[str]) -> None:
+    """lens.csv (with the ``text`` index of a --texts run), then each prompt's heat map as PNG and SVG (SVG text
+    kept as text), in :func:`out_files`'s order, each file written atomically."""
+    import matplotlib
+
+    from ..engine.lens_prompt import show_token
+    from ..io import atomic_file
+    from ..report.lens_figure import lens_figure, save_quietly
+
+    several = table.index.name == "text"
+    with atomic_file(targets[0], "w") as f:
+        table.to_csv(f, index=several)
+    for i, (text, prompt) in enumerate(zip(table.texts(), prompts, strict=True)):
+        tokens = table.top1(text).map(show_token).to_numpy()
+        inputs = [show_token(t) for t in table.input_tokens(text)]
+        shown = " ".join("".join(ch if ch.isprintable() else " " for ch in prompt).split())
+        title = f"{model}: {shown[:TITLE_CHARS]}{'…' if len(shown) > TITLE_CHARS else ''}"
+        fig = lens_figure(table.top1(text, "prob").to_numpy(), tokens, inputs, title=title)
+        png, svg = targets[1 + 2 * i], targets[2 + 2 * i]
+        with atomic_file(png) as f:
+            save_quietly(fig, f, format="png", dpi=150)
+        with matplotlib.rc_context({"svg.fonttype": "none"}), atomic_file(svg) as f:
+            save_quietly(fig, f, format="svg")
