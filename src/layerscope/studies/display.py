@@ -56,7 +56,7 @@ def study_html(result: StudyResult) -> str:
     folder first."""
     folder = result.folder
     if folder is not None and (Path(folder) / "result.json").is_file():
-        return _wrap(_sections_html([section(Path(folder), Path(folder).parent)], Path(folder).parent))
+        return _wrap(_sections_html([section(Path(folder), Path(folder).parent, result)], Path(folder).parent))
     with tempfile.TemporaryDirectory(prefix="layerscope-display-") as tmp:
         out = Path(tmp) / result.study
         result.write(out)
@@ -92,7 +92,7 @@ class SuiteResult(Mapping[str, StudyResult]):
         return len(self.results)
 
     def _repr_html_(self) -> str:
-        sections = [section(self.folder / name, self.folder) for name in self.results]
+        sections = [section(self.folder / name, self.folder, result) for name, result in self.results.items()]
         return _wrap(_sections_html(sections, self.folder))
 
 

@@ -43,10 +43,10 @@ def write_index(folder: Path, name: str | None = None) -> Path:
     return write_page(folder / "index.html", render_run(folder, name or folder.resolve().name, sections))
 
 
-def section(sub: Path, root: Path) -> Section:
-    """One study folder as a page section: its result read back, its study's title, notes, headline and its rows
-    of the summary table."""
-    result = StudyResult.load(sub)
+def section(sub: Path, root: Path, result: StudyResult | None = None) -> Section:
+    """One study folder as a page section: its result (read back unless given), its study's title, notes, headline
+    and its rows of the summary table."""
+    result = result if result is not None else StudyResult.load(sub)
     study = get_study(result.study)
     seed = result.config.get("compat") == "seed"
     return Section(anchor=sub.name if sub != root else result.study, title=study.title, question=study.question,
