@@ -4,6 +4,8 @@
     .venv/bin/python benchmarks/extract_gpu.py --tiny-cpu     # the same code path on a tiny shape, on the CPU
     ... --poolings default            # extract's default poolings (the default: the notebooks' mean, last, first)
     ... --tokenizer DIR               # a tokenizer folder (default: SmolLM2's from the zoo, converted once)
+    ... --profile                     # then a torch.profiler summary of one extract: per batch, GPU busy time,
+                                      # host waits (synchronize calls), the top kernels
 
 Without a CUDA GPU (and without ``--tiny-cpu``) it says so and exits with status 2.
 
@@ -167,7 +169,7 @@ class Timing:
 
 
 def bench_model(name: str, config, device: torch.device, tokenizer, texts: list[str], repeats: int,
-                poolings: tuple[str, ...] = POOLINGS) -> dict:
+                poolings: tuple[str, ...] = POOLINGS, profile: bool = False) -> dict:
     """Build ``config`` on ``device``, time extract / extract+cache / raw, free it; one table row."""
     from layerscope import extract
     from layerscope.engine.batching import memory_budget, tokenize
@@ -234,7 +236,42 @@ def bench_model(name: str, config, device: torch.device, tokenizer, texts: list[
         "cached_peak": cached.peak_gib, "raw_peak": raw[best].peak_gib, "ratio": plain.seconds / raw[best].seconds,
         "ratio_cached": cached.seconds / raw[best].seconds,
     }
+    if profile:
+        try:
+            print(f"\n{name}, torch.profiler:\n{profile_extract(lm, texts, poolings)}\n", flush=True)
+        except Exception as exc:  # noqa: BLE001 - the timings above still count
+            print(f"{name}: the profile failed: {type(exc).__name__}: {exc}", flush=True)
     return row  # the model is freed with this frame: the caller collects it
+
+
+def profile_extract(lm, texts: list[str], poolings: tuple[str, ...]) -> str:
+    """One ``extract(cache=False)`` under ``torch.profiler``: a summary per batch (wall time, the GPU's kernel time,
+    the host's synchronize calls) and the ten ops with the most CUDA time, as markdown for the README."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from layerscope import extract
+
+    device = torch.device("cuda")
+    sync(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        acts = extract(lm, texts, cache=False, poolings=poolings, max_length=MAX_TOKENS, progress=False)
+        sync(device)
+        wall = time.perf_counter() - start
+    events = prof.key_averages()
+    kernel_us = sum(e.self_device_time_total for e in events if e.device_type.name == "CUDA")
+    waits = {e.key: e.count for e in events if "Synchronize" in e.key or e.key == "cudaStreamWaitEvent"}
+    copies = {e.key: e.count for e in events if e.key.startswith("cudaMemcpy")}
+    batches = acts.stats.batches
+    lines = [f"extract of {len(texts)} texts in {batches} batches: {wall * 1e3:.0f} ms wall, "
+             f"{kernel_us / 1e3:.0f} ms of GPU kernels ({kernel_us / 1e6 / wall:.0%} busy); per batch "
+             f"{wall * 1e3 / batches:.1f} ms wall, {kernel_us / 1e3 / batches:.1f} ms kernels",
+             f"host waits (calls in the whole extract): {waits or 'none'}; copies: {copies}", "",
+             "| op | CUDA time ms | calls |", "|---|---:|---:|"]
+    top = sorted((e for e in events if e.self_device_time_total > 0), key=lambda e: -e.self_device_time_total)
+    for e in top[:10]:
+        lines.append(f"| `{e.key[:60]}` | {e.self_device_time_total / 1e3:.1f} | {e.count} |")
+    return "\n".join(lines)
 
 
 def table(rows: list[dict], device_label: str, tokens: np.ndarray, poolings: tuple[str, ...] = POOLINGS) -> str:
@@ -264,6 +301,7 @@ def main() -> int:
     parser.add_argument("--poolings", default=",".join(POOLINGS),
                         help="comma-separated poolings, or 'default' for extract's default set")
     parser.add_argument("--tokenizer", default=None, help="a tokenizer folder (default: SmolLM2's from the zoo)")
+    parser.add_argument("--profile", action="store_true", help="a torch.profiler summary of one extract (CUDA)")
     args = parser.parse_args()
     if not args.tiny_cpu and not torch.cuda.is_available():
         print("extract_gpu.py needs a CUDA GPU and none is available (torch.cuda.is_available() is False); run it "
@@ -286,7 +324,8 @@ def main() -> int:
              else f"CPU ({torch.get_num_threads()} threads, tiny shapes: a code-path check, not a benchmark)")
     rows = []
     for name in names:
-        rows.append(bench_model(name, configs[name], device, tokenizer, texts, args.repeats, poolings))
+        rows.append(bench_model(name, configs[name], device, tokenizer, texts, args.repeats, poolings,
+                                profile=args.profile and device.type == "cuda"))
         gc.collect()  # the last model's weights go before the next is built
         if device.type == "cuda":
             torch.cuda.empty_cache()

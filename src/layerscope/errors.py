@@ -10,11 +10,17 @@ spellings, and each side shows its own:
     raise OutputError(f"{out} is not empty; choose another {OUT}, or pass {FORCE} to replace it")
     str(error)            # "... choose another out folder, or pass force=True to replace it"
     error.cli_message()   # "... choose another --out, or pass --force to replace it" (what the CLI prints)
+
+A failed write is worded by its errno: ``write_cause(exc).words`` is "the disk quota is exceeded" for EDQUOT
+(ENOSPC, EFBIG, EROFS, EACCES/EPERM alike; ``layerscope.io.write_error`` and ``layerscope.paths.cache_error``
+build the error from it).
 """
 
 from __future__ import annotations
 
+import errno
 import re
+from dataclasses import dataclass
 from typing import Any
 
 _SPELLED = re.compile("\x1e([^\x1e\x1f]*)\x1f([^\x1e\x1f]*)\x1e")
@@ -78,7 +84,12 @@ class OutputError(LayerscopeError):
 
 
 class DiskFullError(OutputError):
-    """The disk filled up while an output folder was written; nothing of it is left."""
+    """The disk (``code`` ENOSPC) or the quota (``code`` EDQUOT) filled up while a folder was written; nothing of
+    it is left."""
+
+    def __init__(self, message: str, code: int = errno.ENOSPC):
+        super().__init__(message)
+        self.code = code
 
 
 class CacheError(LayerscopeError):
@@ -87,3 +98,66 @@ class CacheError(LayerscopeError):
 
 class ResultFileError(LayerscopeError):
     """A run folder's result.json or table.csv is missing, truncated or corrupt."""
+
+
+EDQUOT = getattr(errno, "EDQUOT", 122)
+"""The errno of an exceeded disk quota (Linux 122; absent from Windows' errno)."""
+
+
+@dataclass(frozen=True)
+class WriteCause:
+    """Why a write failed, in words a user acts on: ``f"cannot write {path}: {cause.words}; {cause.fix(...)}"``.
+
+    ``first``: the fix that keeps the folder ("free some space"; "" when there is none); ``where``: what another
+    folder must offer ("on a bigger disk")."""
+
+    code: int
+    words: str
+    first: str
+    where: str
+
+    @classmethod
+    def of(cls, code: int | None) -> WriteCause | None:
+        """``WriteCause.of(errno.EROFS)``: the cause of a write that failed with ``code``, or None (not worded)."""
+        return cls(code, *_CAUSES[code]) if code in _CAUSES else None
+
+    @property
+    def full(self) -> bool:
+        """Whether more space is the fix (a full disk or an exceeded quota)."""
+        return self.code in (errno.ENOSPC, EDQUOT)
+
+    def fix(self, elsewhere: str) -> str:
+        """``cause.fix("choose another --out")`` -> ``"free some space, or choose another --out on a bigger disk"``:
+        the fix, with ``elsewhere`` (how to pick another folder) completed by what that folder needs."""
+        other = f"{elsewhere} {self.where}"
+        return f"{self.first}, or {other}" if self.first else other
+
+
+_DENIED = ("permission denied", "", "that you can write to")
+_CAUSES = {
+    errno.ENOSPC: ("the disk is full", "free some space", "on a bigger disk"),
+    EDQUOT: ("the disk quota is exceeded", "free some space within your quota (`quota -s` shows it)",
+             "on a file system where your quota has room"),
+    errno.EFBIG: ("the file is larger than the file-size limit allows (ulimit -f)",
+                  "raise the limit (`ulimit -f unlimited`)", "on a file system that allows larger files"),
+    errno.EROFS: ("the file system is read-only", "", "on a writable file system"),
+    errno.EACCES: _DENIED,
+    errno.EPERM: _DENIED,
+}
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+"""How Rust writers (safetensors, tokenizers) name the errno in their messages: ``File too large (os error 27)``."""
+
+
+def write_cause(exc: BaseException) -> WriteCause | None:
+    """``cause = write_cause(exc)``: why a write failed, for an ``OSError`` (or a ``SafetensorError`` whose message
+    ends in ``(os error N)``) whose errno is ENOSPC, EDQUOT, EFBIG, EROFS, EACCES or EPERM; else None.
+
+    Turn it into an error with :func:`layerscope.io.write_error` (output folders) or
+    :func:`layerscope.paths.cache_error`."""
+    if isinstance(exc, LayerscopeError):
+        return None  # already worded
+    code = exc.errno if isinstance(exc, OSError) else None
+    if code is None:
+        found = _OS_ERROR.search(str(exc))
+        code = int(found[1]) if found else None
+    return WriteCause.of(code)

@@ -12,7 +12,13 @@ a folder that holds it, and never one that is or holds the current folder, the h
 input of the run. An output folder given as a symbolic link is the folder it points to (the link stays).
 A write killed half-way leaves a hidden ``.<name>.XXXXXXXX.partial`` folder; the next write of the same
 target removes it (unless another process is writing into that folder).
-A full disk is a :class:`DiskFullError` naming the folder and the bytes needed; nothing is left.
+A full disk (or quota) is a :class:`DiskFullError` naming the folder and the bytes needed; another write failure
+(a file-size limit, a read-only file system, no permission) an :class:`OutputError` naming the folder, the cause
+and the fix (:func:`write_error`); nothing is left.
+
+    cause = write_cause(exc)              # WriteCause for ENOSPC, EDQUOT, EFBIG, EROFS, EACCES/EPERM, else None
+    cause.words                           # "the disk quota is exceeded"
+    cause.fix("choose another --out")     # "free some space within your quota, or choose another --out on ..."
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from .errors import FORCE, OUT, DiskFullError, OutputError
+from .errors import EDQUOT, FORCE, OUT, DiskFullError, OutputError, WriteCause, write_cause
+from .paths import cache_error
 from .provenance import VERSION
 
 try:
@@ -43,15 +50,14 @@ PARTIAL, OLD = ".partial", ".old"
 _STAGED = re.compile(r"\.(.+)\.[a-z0-9_]{8}(\.partial|\.old)")
 """The names of :func:`staged_dir`'s temporary folders (``tempfile.mkdtemp``'s 8 random characters)."""
 
-_DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
-
-
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike, mode: str = "wb", size: int | None = None) -> Iterator[IO]:
     """Open a temp file beside ``path``; on clean exit fsync it and rename it to ``path``.
 
     A full disk removes the temp file and raises :class:`DiskFullError` (``size``: the bytes the
-    caller meant to write, if known)."""
+    caller meant to write, if known). Another write failure (:func:`write_cause`) removes it too and stays an
+    ``OSError``, now naming ``path`` (not the temp file): the caller words it (:func:`write_error`, or
+    :func:`layerscope.paths.cache_error` in the cache)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -67,7 +73,9 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb", size: int | None = No
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         if is_disk_full(exc) and not isinstance(exc, DiskFullError):
-            raise disk_full(path, size or written, exact=size is not None) from None
+            raise disk_full(path, size or written, exact=size is not None, code=write_cause(exc).code) from None
+        if isinstance(exc, OSError) and write_cause(exc) is not None and exc.filename in (None, tmp):
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         raise
 
 
@@ -191,8 +199,10 @@ def staged_dir(out: str | os.PathLike, force: bool = False, kind: str = "folder"
 
     The folder is marked as layerscope's (``kind``) from the start. On error the temp folder is
     removed and ``out`` is left as it was; a full disk raises :class:`DiskFullError` (``size``: the
-    bytes the caller expects to write, if known). Temp folders of ``out`` that a killed process left
-    behind are removed first.
+    bytes the caller expects to write, if known), another write failure (:func:`write_cause`) an
+    :class:`OutputError` naming ``out`` and the cause (kind ``"model"``, a converted model in the cache: a
+    :class:`~layerscope.errors.CacheError` naming LAYERSCOPE_CACHE). Temp folders of ``out`` that a killed
+    process left behind are removed first.
     """
     out = check_out_dir(out, force, inputs)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -209,8 +219,13 @@ def staged_dir(out: str | os.PathLike, force: bool = False, kind: str = "folder"
             written = _bytes_in(tmp)
             shutil.rmtree(tmp, ignore_errors=True)
             if is_disk_full(exc):
-                raise disk_full(out, size or written, exact=size is not None, kind=kind) from None
-            raise
+                code = exc.code if isinstance(exc, DiskFullError) else write_cause(exc).code
+                raise disk_full(out, size or written, exact=size is not None, kind=kind, code=code) from None
+            if write_cause(exc) is None:
+                raise
+            if kind == "model":
+                raise cache_error(out, exc, "convert the model into") from None
+            raise write_error(out, exc) from None
     finally:
         if lock is not None:
             os.close(lock)
@@ -259,24 +274,55 @@ def clear_stale(parent: Path, name: str | None = None) -> list[Path]:
     return removed
 
 
-def disk_full(path: Path, needed: int, exact: bool = False, kind: str = "folder") -> DiskFullError:
-    """The error for a write of ``path`` that filled the disk: the folder, the bytes needed and free."""
-    probe = Path(path).absolute()
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
+def disk_full(path: Path, needed: int, exact: bool = False, kind: str = "folder",
+              code: int = errno.ENOSPC) -> DiskFullError:
+    """``raise disk_full(out, n_bytes) from None``: the error for a write of ``path`` that filled the disk
+    (``code`` ENOSPC) or the quota (EDQUOT): the cause, the path, the bytes needed (and free, for a disk), and the
+    fix (kind ``"model"``: a converted model in the cache)."""
+    cause = WriteCause.of(code if code == EDQUOT else errno.ENOSPC)
+    free = ""
+    if cause.code == errno.ENOSPC:  # the free bytes of the disk say nothing of a quota
+        probe = Path(path).absolute()
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        try:
+            free = f" and {shutil.disk_usage(probe).free:,} bytes are free there"
+        except OSError:
+            free = " and the free space there is unknown"
+    elsewhere = "set LAYERSCOPE_CACHE to another folder" if kind == "model" else f"choose another {OUT}"
+    return DiskFullError(f"{cause.words}: writing {path} needs {'about' if exact else 'more than'} {needed:,} "
+                         f"bytes{free}; nothing of it was kept; {cause.fix(elsewhere)}", cause.code)
+
+
+def write_error(path: str | os.PathLike, exc: BaseException, elsewhere: str = f"choose another {OUT}"
+                ) -> OutputError:
+    """``raise write_error(out, exc) from None``: one line naming ``path``, why the write failed and the fix, for
+    an ``exc`` that :func:`write_cause` words (a :class:`DiskFullError` for a full disk or quota, else an
+    :class:`OutputError`). ``elsewhere``: how to pick another folder, completed by what it needs."""
+    cause = write_cause(exc)
+    message = f"cannot write {path}: {cause.words}; {cause.fix(elsewhere)}"
+    return DiskFullError(message, cause.code) if cause.full else OutputError(message)
+
+
+@contextlib.contextmanager
+def worded_writes(path: str | os.PathLike, elsewhere: str = f"choose another {OUT}") -> Iterator[None]:
+    """``with worded_writes(out): ...``: a write in the block that fails for a reason :func:`write_cause` words
+    becomes :func:`write_error` naming ``path`` (one line, not a traceback); other errors pass unchanged."""
     try:
-        free = f"{shutil.disk_usage(probe).free:,} bytes are free"
-    except OSError:
-        free = "the free space is unknown"
-    fix = ("free some space, or set LAYERSCOPE_CACHE to a folder on a bigger disk" if kind == "model"
-           else f"free some space, or choose another {OUT} on a bigger disk")
-    return DiskFullError(f"the disk is full: writing {path} needs {'about' if exact else 'more than'} "
-                         f"{needed:,} bytes and {free} there; nothing of it was kept; {fix}")
+        yield
+    except Exception as exc:
+        if write_cause(exc) is None:
+            raise
+        raise write_error(path, exc, elsewhere) from None
 
 
 def is_disk_full(exc: BaseException) -> bool:
-    """Whether ``exc`` says the disk (or the quota) is full."""
-    return isinstance(exc, DiskFullError) or (isinstance(exc, OSError) and exc.errno in _DISK_FULL)
+    """Whether ``exc`` says the disk (or the quota) is full: a :class:`DiskFullError`, an ``OSError`` ENOSPC or
+    EDQUOT, or a ``SafetensorError`` that names one (``(os error 28)``)."""
+    if isinstance(exc, DiskFullError):
+        return True
+    cause = write_cause(exc)
+    return cause is not None and cause.full
 
 
 def _bytes_in(path: Path) -> int:

@@ -16,10 +16,12 @@ import re
 import unicodedata
 from pathlib import Path
 
-from .errors import CacheError, LayerscopeError, short
+from .errors import CacheError, DiskFullError, LayerscopeError, short, write_cause
 
 FIX = "set LAYERSCOPE_CACHE to another folder (one you can write to), or pass --no-cache"
-"""How to get past an unusable cache, in every cache error."""
+"""How to get past an unusable activation cache, in every cache error whose cause has no fix of its own."""
+MODELS_FIX = "set LAYERSCOPE_CACHE to another folder (one you can write to)"
+"""The same for a converted model, which ``--no-cache`` does not skip."""
 
 
 def cache_root() -> Path:
@@ -33,19 +35,37 @@ def cache_root() -> Path:
     return root
 
 
-def cache_error(path: str | os.PathLike, exc: OSError, doing: str = "write") -> CacheError:
-    """The error for ``path`` in a cache that could not be used (``exc`` from the attempt): what is wrong,
-    which variable sets the cache, and the fix. A folder passed as ``cache=`` gets its own fix."""
+def cache_error(path: str | os.PathLike, exc: BaseException, doing: str = "write") -> CacheError:
+    """``raise cache_error(path, exc) from None``: the one error for ``path`` in a cache that could not be used
+    (``exc`` from the attempt: an ``OSError``, or a ``SafetensorError`` that names one): what is wrong, which variable
+    sets the cache, and the fix. A full disk, an exceeded quota, a file-size limit, a read-only file system and a
+    refused permission each get their own words and fix (:func:`layerscope.errors.write_cause`). A folder passed as
+    ``cache=`` gets its own fix; a converted model (under ``models/``) none that ``--no-cache`` would be. A
+    :class:`DiskFullError` (from ``io.atomic_file``) is worded by its errno, with the cache's fix."""
+    if isinstance(exc, DiskFullError):
+        exc = OSError(exc.code, os.strerror(exc.code))
     path = Path(path)
     blocker = _not_a_folder(path.parent)
-    reason = f"{blocker} is a file, not a folder" if blocker else (exc.strerror or str(exc)).lower()
+    cause = None if blocker else write_cause(exc)
+    if blocker:
+        reason = f"{blocker} is a file, not a folder"
+    elif cause:
+        reason = cause.words
+    else:
+        reason = (getattr(exc, "strerror", None) or str(exc)).lower()
     env = os.environ.get("LAYERSCOPE_CACHE")
     root = Path(env).expanduser() if env else Path.home() / ".cache" / "layerscope"
     if not _inside(path, root):
-        return CacheError(f"cannot {doing} the activation cache {path}: {reason}; pass another cache folder, "
-                          "or cache=False")
+        other = "pass another cache folder"
+        return CacheError(f"cannot {doing} the activation cache {path}: {reason}; "
+                          f"{cause.fix(other) if cause else other}, or cache=False")
+    if cause:
+        fix = cause.fix("set LAYERSCOPE_CACHE to another folder")
+        fix += "" if _inside(path, root / "models") else ", or pass --no-cache"
+    else:
+        fix = MODELS_FIX if _inside(path, root / "models") else FIX
     return CacheError(f"the layerscope cache {root} ($LAYERSCOPE_CACHE) is unusable: cannot {doing} {path}: "
-                      f"{reason}; {FIX}")
+                      f"{reason}; {fix}")
 
 
 def _not_a_folder(path: Path) -> Path | None:

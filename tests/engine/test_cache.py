@@ -158,7 +158,7 @@ def damage_rows_4_to_8(folder: Path, damage: str) -> None:
     elif damage == "garbage journal line":
         rewrite_line(folder, 1, '{"start": 4, "sto')
     elif damage == "wrong hash in the journal":
-        rewrite_line(folder, 1, json.dumps({**second, "sha256": "0" * 64}))
+        rewrite_line(folder, 1, json.dumps({**second, "xxh3": {k: "0" * len(v) for k, v in second["xxh3"].items()}}))
     elif damage == "range past the end":
         rewrite_line(folder, 1, json.dumps({**second, "stop": 99}))
 
@@ -173,8 +173,13 @@ def test_a_damaged_batch_is_detected_and_only_its_rows_are_recomputed(isolated_c
 
     counter = ForwardCounter(lm.model)
     again = extract(lm, tiny.TEXTS, batch_size=4)
-    assert counter.calls == 1 and again.stats.batches_reused == 2 and again.stats.batches_computed == 1
-    assert_same(clean, again)
+    if damage in ("pooled value", "pre-norm value"):  # found when first read (extract reads only the NLLs)
+        assert counter.calls == 0 and again.stats.batches_reused == 3
+        assert_same(clean, again)  # reads every layer: the damaged chunk's batch is computed again, then read
+        assert counter.calls == 1
+    else:
+        assert counter.calls == 1 and again.stats.batches_reused == 2 and again.stats.batches_computed == 1
+        assert_same(clean, again)
     assert journal(folder) == BATCHES
     third = extract(lm, tiny.TEXTS, batch_size=4)  # the repaired entry is whole again
     assert third.stats.batches_computed == 0 and third.stats.batches_reused == 3

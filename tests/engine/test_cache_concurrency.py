@@ -198,8 +198,8 @@ HAMMER = """
         # rewritten come and go: left out)
         shutil.copytree(folder, snap, ignore=shutil.ignore_patterns(".*"))
         copy = LayerStore.open(snap, layout, order, {"test": "hammer"})
-        with copy.locked():  # verifies the copy's journal against the copy's bytes
-            missing = copy.missing()
+        copy.verify()  # checks every journalled chunk of the copy against the copy's bytes; drops damaged lines
+        missing = copy.missing()
         for b in range(3):
             mixed = len(stamps(snap, b)) > 1
             if not missing[2 * b]:

@@ -1,5 +1,6 @@
-"""The batched massive-token test (one histogram bracket per text, the exact median only where it decides, or the
-exact median for every text) against a slow reference: a loop over texts and layers with ``np.median``."""
+"""The batched massive-token test (one histogram bracket per text, the exact median only where it decides; the exact
+median for every text; one histogram of 16-bit patterns per text) against a slow reference: a loop over texts and
+layers with ``np.median``."""
 
 import numpy as np
 import pytest
@@ -9,8 +10,20 @@ import tiny
 from layerscope.engine.batching import collate
 from layerscope.engine.massive import MASSIVE_RATIO, _bracket, block_massive, massive_mask
 
-PATHS = [True, False]
-"""``bracket=``: the histogram bracket (the CPU default) and the exact median of every text (the GPU default)."""
+PATHS = ["bracket", "exact", "bits16-bfloat16", "bits16-float16"]
+"""``method=``: the histogram bracket (the CPU default), the exact median of every text (float32 on a GPU), and the
+16-bit pattern histogram (bfloat16 and float16 states on a GPU; the states are cast to that dtype first, and the
+reference reads the cast values)."""
+
+
+def flags_of(hidden: torch.Tensor, real: torch.Tensor, method: str, ratio: float = MASSIVE_RATIO):
+    """(got, expect): ``massive_mask`` by ``method`` and :func:`naive_flags`, on ``hidden`` cast for a 16-bit path."""
+    if method.startswith("bits16"):
+        hidden = hidden.to(getattr(torch, method.split("-")[1]))
+        method = "bits16"
+    with np.errstate(invalid="ignore", over="ignore"):
+        expect = naive_flags(hidden.float().numpy(), real.numpy(), ratio)
+    return massive_mask(hidden, real, ratio, method=method).numpy(), expect
 
 
 def naive_flags(hidden: np.ndarray, real: np.ndarray, ratio: float = MASSIVE_RATIO) -> np.ndarray:
@@ -68,9 +81,10 @@ def test_planted_peaks_at_and_around_the_cut_match_the_naive_loop(bracket, side,
     rng = np.random.default_rng(d)
     texts = planted_texts(rng, d, [5, 3, 8, 1, 6, 4])
     hidden, real = padded(texts, side, fill)
-    expect = naive_flags(hidden.numpy(), real.numpy())
-    got = massive_mask(hidden, real, bracket=bracket).numpy()
+    got, expect = flags_of(hidden, real, bracket)
     np.testing.assert_array_equal(got, expect)
+    if bracket.startswith("bits16"):
+        return  # the cast moved the plants off the cut; the loop above still checks every flag
     flagged = [got[b][real[b].numpy()][:3].tolist() for b in range(len(texts)) if len(texts[b]) >= 3]
     assert flagged and all(f == [False, True, False] for f in flagged)  # the plants, independently of numpy
 
@@ -83,12 +97,13 @@ def test_the_upper_middle_value_decides_and_even_odd_counts(bracket):
         h = np.array([[[1.0, -1.0, 1.0, 1.002], [0.0, 1.0, -1.002, 1.002]]], dtype=np.float32)
         cut = np.float32(100.0) * (middle / np.float32(2))
         h[0, 1, 0] = np.nextafter(cut, np.float32(np.inf)) if peak is None else peak  # None: one float above the cut
-        got = massive_mask(torch.from_numpy(h), torch.ones(1, 2, dtype=torch.bool), bracket=bracket)
-        assert got.tolist() == [[False, massive]]
-        assert got.numpy().tolist() == naive_flags(h, np.ones((1, 2), dtype=bool)).tolist()
-    h = np.array([[[1.0, 2.0, 3.0], [4.0, 5.0, 401.0], [6.0, 7.0, 0.5]]], dtype=np.float32)  # 9 values, median 4
-    assert massive_mask(torch.from_numpy(h), torch.ones(1, 3, dtype=torch.bool), bracket=bracket).tolist() == [
-        [False, True, False]]
+        got, expect = flags_of(torch.from_numpy(h), torch.ones(1, 2, dtype=torch.bool), bracket)
+        if not bracket.startswith("bits16"):  # 16 bits cannot hold 1.002 and the cut: the loop's flags only
+            assert got.tolist() == [[False, massive]]
+        assert got.tolist() == expect.tolist()
+    h = np.array([[[1.0, 2.0, 3.0], [4.0, 5.0, 402.0], [6.0, 7.0, 0.5]]], dtype=np.float32)  # median 4; 402 fits bf16
+    got, _ = flags_of(torch.from_numpy(h), torch.ones(1, 3, dtype=torch.bool), bracket)
+    assert got.tolist() == [[False, True, False]]
 
 
 @pytest.mark.parametrize("bracket", PATHS)
@@ -105,10 +120,10 @@ def test_odd_shapes_nan_and_zero_texts(bracket):
     texts[4] = (texts[4] * 1e-40).astype(np.float32)  # subnormal values
     texts[4][1, 1] = 1e-36
     hidden, real = padded(texts, "right", np.nan)
-    with np.errstate(invalid="ignore"):
-        expect = naive_flags(hidden.numpy(), real.numpy())
-    got = massive_mask(hidden, real, bracket=bracket).numpy()
+    got, expect = flags_of(hidden, real, bracket)
     np.testing.assert_array_equal(got, expect)
+    if bracket == "bits16-float16":
+        return  # float16 flushes the subnormal text to 0 and overflows 1e9: the loop above checks every flag
     assert got[0, 2] and got[1, 0] and not got[2].any() and got[3, 3] and got[4, 1]
 
 
@@ -127,8 +142,7 @@ def test_random_batches_with_spikes_at_many_ratios(bracket):
             t[rng.integers(len(t)), rng.integers(d)] *= rng.choice([50.0, 99.9, 100.0, 100.1, 300.0])
         hidden, real = padded(texts, ["right", "left"][trial % 2], [np.nan, 1e20][trial % 2])
         for ratio in (3.0, 20.0, MASSIVE_RATIO):
-            np.testing.assert_array_equal(massive_mask(hidden, real, ratio, bracket=bracket).numpy(),
-                                          naive_flags(hidden.numpy(), real.numpy(), ratio))
+            np.testing.assert_array_equal(*flags_of(hidden, real, bracket, ratio))
 
 
 def test_the_bracket_holds_the_two_middle_values_within_2_to_the_minus_7():
@@ -158,8 +172,9 @@ def test_real_hidden_states_of_a_tiny_model_match_the_naive_loop(arch, side):
         for hidden in out.hidden_states:
             expect = naive_flags(hidden.numpy(), real.numpy(), ratio)
             mixed += int(0 < expect.sum() < real.sum().item())
-            for bracket in PATHS:
-                np.testing.assert_array_equal(massive_mask(hidden, real, ratio, bracket=bracket).numpy(), expect)
+            for method in PATHS:
+                np.testing.assert_array_equal(*flags_of(hidden, real, method, ratio))
+            np.testing.assert_array_equal(massive_mask(hidden, real, ratio).numpy(), expect)
     assert mixed >= 3  # some layers and ratios flag some tokens and not others
     flags = block_massive(out.hidden_states, out.hidden_states[-1], real, 5.0).numpy()
     np.testing.assert_array_equal(flags, naive_any_layer([*layers[1:-1], layers[-1]], real.numpy(), 5.0))

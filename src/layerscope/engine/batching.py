@@ -36,8 +36,9 @@ class Batch:
     last: torch.Tensor
     """(B,) column of each text's last real token."""
 
-    def to(self, device: torch.device) -> Batch:
-        move = {k: getattr(self, k).to(device)
+    def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
+        """The batch on ``device``; ``non_blocking``: without waiting for the device's queued work (CUDA)."""
+        move = {k: getattr(self, k).to(device, non_blocking=non_blocking)
                 for k in ("input_ids", "attention_mask", "position_ids", "first", "last")}
         return Batch(index=self.index, **move)
 
@@ -100,23 +101,39 @@ def memory_budget(model, vocab_size: int, kept_states: int = 0) -> int:
     return max(1, int(free * GPU_MEMORY_SHARE) // per_token)
 
 
-def plan_ranges(lengths: np.ndarray, todo: np.ndarray, batch_size: int | None,
-                max_tokens: int | None) -> list[tuple[int, int]]:
+MIN_BATCH_TOKENS = 2048
+"""Padded tokens below which a batch is never cut for the sake of more batches or less padding."""
+
+
+def plan_ranges(lengths: np.ndarray, todo: np.ndarray, batch_size: int | None, max_tokens: int | None, *,
+                min_batches: int = 1, max_padding: float | None = None) -> list[tuple[int, int]]:
     """Batches as ``(start, stop)`` runs of rows still ``todo``, for ``lengths`` sorted longest first.
 
     A batch holds at most ``batch_size`` texts (``None``: ``MAX_TEXTS_PER_BATCH``) and at most ``max_tokens``
-    padded tokens (its first text is its longest), but always at least one text.
+    padded tokens (its first text is its longest), but always at least one text. Without a ``batch_size``, two
+    more bounds apply to a batch of at least :data:`MIN_BATCH_TOKENS` padded tokens (the CUDA plan sets them):
+    ``min_batches``, at most 1/``min_batches`` of the todo rows' tokens per batch, so that copies and writes of
+    one batch can overlap the next; ``max_padding``, at most that many padded tokens per real one.
     """
     lengths, todo = np.asarray(lengths), np.asarray(todo, dtype=bool)
     cap = batch_size or MAX_TEXTS_PER_BATCH
+    if batch_size is None and min_batches > 1:
+        share = max(MIN_BATCH_TOKENS, -(-int(lengths[todo].sum()) // min_batches))
+        max_tokens = min(max_tokens, share) if max_tokens else share
+    if batch_size is not None:
+        max_padding = None
     out, start = [], 0
     while start < len(todo):
         if not todo[start]:
             start += 1
             continue
-        stop = start + 1
-        limit = min(cap, max(1, max_tokens // int(lengths[start]))) if max_tokens else cap
+        stop, longest, real = start + 1, int(lengths[start]), int(lengths[start])
+        limit = min(cap, max(1, max_tokens // longest)) if max_tokens else cap
         while stop < len(todo) and todo[stop] and stop - start < limit:
+            grown = (stop - start + 1) * longest
+            if max_padding and grown > MIN_BATCH_TOKENS and grown > max_padding * (real + int(lengths[stop])):
+                break
+            real += int(lengths[stop])
             stop += 1
         out.append((start, stop))
         start = stop
@@ -142,15 +159,16 @@ def plan_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None
 
 
 def collate(ids: Sequence[Sequence[int]], index: np.ndarray, pad_id: int, side: str = "right") -> Batch:
-    """Pad token id lists into one :class:`Batch`; ``side`` is ``"right"`` or ``"left"``."""
-    lengths = torch.tensor([len(x) for x in ids])
+    """Pad token id lists into one :class:`Batch` (host tensors); ``side`` is ``"right"`` or ``"left"``."""
+    lengths = np.array([len(x) for x in ids], dtype=np.int64)
     width = int(lengths.max())
-    input_ids = torch.full((len(ids), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(ids), width), dtype=torch.long)
-    start = width - lengths if side == "left" else torch.zeros_like(lengths)
-    for row, (seq, s) in enumerate(zip(ids, start.tolist(), strict=False)):
-        input_ids[row, s : s + len(seq)] = torch.tensor(seq, dtype=torch.long)
-        mask[row, s : s + len(seq)] = 1
-    position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
-    return Batch(index=np.asarray(index), input_ids=input_ids, attention_mask=mask,
-                 position_ids=position_ids, first=start, last=start + lengths - 1)
+    start = width - lengths if side == "left" else np.zeros_like(lengths)
+    columns = np.arange(width)
+    real = (columns >= start[:, None]) & (columns < (start + lengths)[:, None])  # (B, T)
+    input_ids = np.full((len(ids), width), pad_id, dtype=np.int64)
+    input_ids[real] = np.fromiter((t for seq in ids for t in seq), dtype=np.int64, count=int(lengths.sum()))
+    mask = real.astype(np.int64)
+    position_ids = np.clip(mask.cumsum(axis=1) - 1, 0, None)
+    return Batch(index=np.asarray(index), input_ids=torch.from_numpy(input_ids), attention_mask=torch.from_numpy(mask),
+                 position_ids=torch.from_numpy(position_ids), first=torch.from_numpy(start),
+                 last=torch.from_numpy(start + lengths - 1))

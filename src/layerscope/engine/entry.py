@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 from filelock import FileLock
 
-from ..errors import CacheError
-from ..io import atomic_write_json, is_disk_full
+from ..errors import CacheError, DiskFullError
+from ..io import atomic_write_json
 from ..paths import cache_error
 
 log = logging.getLogger(__name__)
@@ -176,10 +176,8 @@ def create(folder: Path, layout: Layout, order: np.ndarray, meta: dict) -> None:
         if folder.exists():
             shutil.rmtree(folder)
         os.replace(tmp, folder)
-    except OSError as exc:
+    except (OSError, DiskFullError) as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        if is_disk_full(exc):
-            raise
         raise cache_error(folder, exc, "create") from None
 
 

@@ -29,8 +29,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import itertools
 import logging
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -49,14 +52,17 @@ from .capture import PRE_NORM, capture_states
 from .guards import check_finite, encode
 from .head import head_matches, head_only_last
 from .massive import massive_mask
+from .pipeline import SCALARS, Packing, Writer
 from .pooling import ALL_POOLINGS, pool, pooling_masks, token_nll
 from .store import LayerStore, Layout
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """Bump when stored arrays would no longer match what this code computes (2: pre-norm arrays stored; 3: the
-layer-major store of :mod:`.store`, with the batch plan left out of the fingerprint)."""
+layer-major store of :mod:`.store`, with the batch plan left out of the fingerprint; 4: a journal of per-chunk
+XXH3 checksums, checked when read, :mod:`.journal`). An entry of an older format is never opened: the fingerprint
+names another folder, and is computed again."""
 
 STORE_DTYPES = ("float32", "float16")
 
@@ -85,7 +91,7 @@ def extract(
 
     ``cache``: ``True`` for ``$LAYERSCOPE_CACHE/activations``, a folder, or ``False`` (a temp folder, removed
     when the result is garbage). ``progress``: ``None`` shows a bar only on a terminal. ``on_batch(done, total)``
-    is called after each batch that was computed and stored.
+    is called after each batch that was computed and stored (from the thread that writes the store).
     """
     settings = _validate(lm, texts, poolings, layers, compat, batch_size, max_length, padding_side, store_dtype)
     texts = list(texts)
@@ -101,38 +107,102 @@ def extract(
     layout = Layout(n_texts=len(texts), n_states=lm.info.n_layers + 1, d=lm.info.hidden_size,
                     layers=settings.layers, poolings=settings.poolings, store_dtype=settings.store_dtype)
     store = _open_store(cache, fingerprint, lm, settings, layout, order)
+    job = _Job(lm, texts, ids, order, lengths, settings, batch_size)
     with store.locked():
-        todo = store.missing()
-        reused = len(store._done)
-        kept = len(settings.layers) + 1 if "mean_no_massive" in settings.poolings else 0
-        budget = memory_budget(lm.model, lm.info.vocab_size, kept)
-        ranges = plan_ranges(lengths[order], todo, batch_size, budget)
-        backoff = Backoff(batch_size or MAX_TEXTS_PER_BATCH)
-        computed = 0  # planned batches finished (one may run in pieces after an out-of-memory error)
-        total = reused + len(ranges)
-        shown = steps(ranges, f"extract {lm.info.name}", "batch", total, reused) if progress is not False else ranges
-        for lo, hi in shown:
-            for a, b in backoff.pieces(lo, hi):
-                index = order[a:b]
-                batch = collate([ids[i] for i in index], index, pad_id(lm.tokenizer), padding_side)
-                arrays = backoff.run(lambda batch=batch: run_batch(lm, batch, settings, texts=texts), lm)
-                if arrays is None:  # out of memory: run again in halves
-                    continue
-                store.write(a, arrays)
-            computed += 1
-            if on_batch:
-                on_batch(reused + computed, total)
+        reused = store.batches
+        computed = job.compute(store, store.missing(), progress, on_batch, reused)
+    store.heal = job.healer()
     acts = Activations(
         texts=texts, pooled={p: store.pooled(p) for p in settings.poolings},
         pre_norm=store.pre_norm(),
         nll_sum=store.read_rows("nll_sum"), n_scored=store.read_rows("n_scored"),
         n_tokens=store.read_rows("n_tokens"), settings=settings, model=lm.info, fingerprint=fingerprint,
     )
-    stats = ExtractStats(batches=reused + computed, batches_computed=computed, batches_reused=reused,
-                         seconds=time.perf_counter() - start)
-    log.info("extracted %d texts in %d batches (%d reused) in %.1fs", len(texts), stats.batches, reused,
-             stats.seconds)
+    healed = job.healed[0]
+    stats = ExtractStats(batches=reused + computed, batches_computed=computed + healed,
+                         batches_reused=reused - healed, seconds=time.perf_counter() - start)
+    log.info("extracted %d texts in %d batches (%d reused) in %.1fs", len(texts), stats.batches,
+             stats.batches_reused, stats.seconds)
     return dataclasses.replace(acts, stats=stats)
+
+
+@dataclasses.dataclass
+class _Job:
+    """What one :func:`extract` call computes: the texts' token ids in store ``order``, and how."""
+
+    lm: LoadedModel
+    texts: list[str]
+    ids: list[list[int]]
+    order: np.ndarray
+    lengths: np.ndarray
+    settings: ExtractSettings
+    batch_size: int | None
+    healed: list[int] = dataclasses.field(default_factory=lambda: [0])
+    """[stored batches found damaged and computed again], shared with the store's healer."""
+
+    def compute(self, store: LayerStore, todo: np.ndarray, progress: bool | None = False,
+                on_batch: Callable[[int, int], None] | None = None, reused: int = 0) -> int:
+        """Compute and store the rows ``todo`` (store order), batch after batch through :class:`.pipeline.Writer`;
+        returns the planned batches computed."""
+        lm, settings = self.lm, self.settings
+        device = input_device(lm.model)
+        kept = len(settings.layers) + 1 if "mean_no_massive" in settings.poolings else 0
+        budget = memory_budget(lm.model, lm.info.vocab_size, kept)
+        ranges = plan_ranges(self.lengths[self.order], todo, self.batch_size, budget,
+                             **(GPU_PLAN if device.type == "cuda" else {}))
+        if not ranges:
+            return 0
+        backoff = Backoff(self.batch_size or MAX_TEXTS_PER_BATCH)
+        total = reused + len(ranges)
+        shown = (steps(ranges, f"extract {lm.info.name}", "batch", total, reused) if progress is not False
+                 else ranges)
+        stored = itertools.count(reused + 1)
+        report = (lambda: on_batch(next(stored), total)) if on_batch else None
+        packing = Packing(settings.poolings, settings.layers, lm.info.hidden_size, lm.info.n_layers + 1)
+        max_rows = max(b - a for a, b in ranges)
+        check = functools.partial(_check_host, lm, self.texts)
+        with Writer(store, packing, device, max_rows, check, report) as writer:
+            for lo, hi in shown:
+                for a, b in backoff.pieces(lo, hi):
+                    index = self.order[a:b]
+                    batch = collate([self.ids[i] for i in index], index, pad_id(lm.tokenizer),
+                                    settings.padding_side)
+                    out = backoff.run(lambda batch=batch: run_batch_packed(lm, batch, settings, packing), lm)
+                    if out is not None:  # None: out of memory, run again in halves
+                        writer.put(a, index, out)
+                writer.planned_done()
+        return len(ranges)
+
+    def healer(self) -> Callable[[LayerStore, np.ndarray], None]:
+        """``store.heal``: compute rows again while the model is alive (held weakly: the store never keeps it, nor
+        itself, so a temporary store is removed as soon as nothing reads it)."""
+        lm = weakref.ref(self.lm)
+        job = dataclasses.replace(self, lm=None)
+
+        def heal(store: LayerStore, todo: np.ndarray) -> None:
+            model = lm()
+            if model is None:
+                raise ExtractionError(f"stored activations in {store.folder} were damaged and the model that made "
+                                      "them is gone: run the extraction again")
+            job.lm = model
+            try:
+                job.healed[0] += job.compute(store, todo)
+            finally:
+                job.lm = None
+
+        return heal
+
+
+GPU_PLAN = {"min_batches": 4, "max_padding": 1.25}
+"""On CUDA: at least this many batches (so copies and writes overlap the next forward pass), and at most this many
+padded tokens per real one (the lengths are sorted, so this costs few batches)."""
+
+
+def _check_host(lm: LoadedModel, texts: Sequence[str], index: np.ndarray, bad_layers: np.ndarray,
+                bad_nll: np.ndarray) -> None:
+    """The finiteness check of one batch, on its flags copied to the host (the writer thread runs it)."""
+    if bad_layers.any() or bad_nll.any():
+        check_finite(lm, texts, index, bad_layers=torch.from_numpy(bad_layers), bad_nll=torch.from_numpy(bad_nll))
 
 
 class Backoff:
@@ -176,20 +246,22 @@ class Backoff:
 
 
 @torch.inference_mode()
-def run_batch(lm: LoadedModel, batch: Batch, settings: ExtractSettings,
-              texts: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-    """One forward pass over ``batch``; arrays in the batch's row order: ``pooled_<p>`` (n_stored_layers, B, d),
-    ``prenorm_<p>`` (B, d), ``nll_sum``, ``n_scored``, ``n_tokens`` (B,). ``ExtractionError`` naming the layer
-    and the text (from ``texts``, the caller's list) if a pooled vector or NLL is not finite."""
-    batch = batch.to(input_device(lm.model))
+def run_batch_packed(lm: LoadedModel, batch: Batch, settings: ExtractSettings, packing: Packing) -> torch.Tensor:
+    """One forward pass over ``batch`` (on the host), its results packed on the device by ``packing``
+    (:class:`.pipeline.Packing`): every pooled vector, each text's NLL, counts and finiteness flags. No host sync
+    but what the model's own forward does."""
+    host = batch
+    batch = batch.to(input_device(lm.model), non_blocking=True)
     device = batch.input_ids.device
     real = batch.attention_mask.bool()
     n_layers = lm.info.n_layers
-    wanted = set(settings.layers)
+    slot = {k: i for i, k in enumerate(settings.layers)} | {PRE_NORM: len(settings.layers)}
     deferred = "mean_no_massive" in settings.poolings
     now = tuple(p for p in settings.poolings if p != "mean_no_massive")
     masks = pooling_masks(batch, lm.tokenizer.bos_token_id, settings.compat)
-    pooled: dict[int | str, dict[str, torch.Tensor]] = {}
+    packed = torch.empty(packing.nbytes(len(host.index)), dtype=torch.uint8, device=device)
+    vectors, scalars = packing.views(packed, len(host.index))  # (P, V, B, d) float32, (B, 4 + n_states) float64
+    where = {p: i for i, p in enumerate(settings.poolings)}
     kept: dict[int | str, torch.Tensor] = {}
     massive = torch.zeros_like(real)
 
@@ -198,36 +270,42 @@ def run_batch(lm: LoadedModel, batch: Batch, settings: ExtractSettings,
         hidden = hidden.to(device)
         if deferred and (key == PRE_NORM or 1 <= key < n_layers):  # a decoder block's output
             massive = massive | massive_mask(hidden, real)
-        if key == PRE_NORM or key in wanted:
-            pooled[key] = pool(hidden, batch, masks, now)
+        if key in slot:
+            for p, vector in pool(hidden, batch, masks, now).items():
+                vectors[where[p], slot[key]] = vector
             if deferred:
                 kept[key] = hidden
 
-    hooked = sorted(wanted | (set(range(1, n_layers)) if deferred else set()))
+    hooked = sorted(set(settings.layers) | (set(range(1, n_layers)) if deferred else set()))
     own_head = head_matches(lm, batch)
     with capture_states(lm, hooked, on_state), head_only_last(lm) if own_head else contextlib.nullcontext() as head:
         out = lm.model(**batch.model_inputs(), use_cache=False)
     if deferred:
         masks = pooling_masks(batch, lm.tokenizer.bos_token_id, settings.compat, massive)
         for key, hidden in kept.items():
-            pooled[key].update(pool(hidden, batch, masks, ("mean_no_massive",)))
+            vectors[where["mean_no_massive"], slot[key]] = pool(hidden, batch, masks, ("mean_no_massive",))[
+                "mean_no_massive"]
         kept.clear()
-    nll_sum, n_scored = head.nll(batch) if own_head else token_nll(out.logits, batch)
-    nll_sum, n_scored = nll_sum.to(device), n_scored.to(device)
+    nll_sum, n_scored = head.nll(batch, host=host) if own_head else token_nll(out.logits, batch)
     del out, head
-    stacked = {p: torch.stack([pooled[k][p] for k in settings.layers]) for p in settings.poolings}  # (k, B, d)
-    pre = {p: pooled[PRE_NORM][p] for p in settings.poolings}
-    bad_layers = torch.zeros((len(batch.index), n_layers + 1), dtype=torch.bool, device=device)
-    for p in settings.poolings:
-        bad_layers[:, list(settings.layers)] |= (~torch.isfinite(stacked[p])).any(dim=-1).T
-        bad_layers[:, -1] |= (~torch.isfinite(pre[p])).any(dim=-1)
-    check_finite(lm, texts, batch.index, bad_layers=bad_layers, bad_nll=~torch.isfinite(nll_sum))
-    arrays = {f"pooled_{p}": x.cpu().numpy() for p, x in stacked.items()}
-    arrays.update({f"prenorm_{p}": x.cpu().numpy() for p, x in pre.items()})
-    arrays["nll_sum"] = nll_sum.cpu().numpy()
-    arrays["n_scored"] = n_scored.cpu().numpy()
-    arrays["n_tokens"] = batch.attention_mask.sum(dim=1).cpu().numpy()
-    return arrays
+    scalars[:, 0] = nll_sum
+    scalars[:, 1] = n_scored
+    scalars[:, 2] = batch.attention_mask.sum(dim=1)
+    scalars[:, 3] = ~torch.isfinite(nll_sum)
+    scalars[:, len(SCALARS):] = (~torch.isfinite(vectors).all(dim=-1)).any(dim=0).T  # (B, V) a slot not finite
+    return packed
+
+
+def run_batch(lm: LoadedModel, batch: Batch, settings: ExtractSettings,
+              texts: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """One forward pass over ``batch``; arrays in the batch's row order: ``pooled_<p>`` (n_stored_layers, B, d),
+    ``prenorm_<p>`` (B, d), ``nll_sum``, ``n_scored``, ``n_tokens`` (B,). ``ExtractionError`` naming the layer
+    and the text (from ``texts``, the caller's list) if a pooled vector or NLL is not finite."""
+    packing = Packing(settings.poolings, settings.layers, lm.info.hidden_size, lm.info.n_layers + 1)
+    host = run_batch_packed(lm, batch, settings, packing).cpu().numpy()
+    rows = len(batch.index)
+    _check_host(lm, texts, batch.index, *packing.flags(host, rows))
+    return {key: np.array(value) for key, value in packing.arrays(host, rows).items()}
 
 
 def _validate(lm, texts, poolings, layers, compat, batch_size, max_length, padding_side,

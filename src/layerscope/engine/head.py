@@ -42,12 +42,19 @@ class HeadCapture:
         self.hidden: torch.Tensor | None = None
         """(B, T, d) the head's input in the last forward pass (after the final norm)."""
 
-    def nll(self, batch: Batch, chunk_bytes: int = CHUNK_BYTES) -> tuple[torch.Tensor, torch.Tensor]:
-        """Summed next-token NLL per text (float64) and scored-token count, as :func:`~.pooling.token_nll`."""
+    def nll(self, batch: Batch, chunk_bytes: int = CHUNK_BYTES,
+            host: Batch | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed next-token NLL per text (float64) and scored-token count, as :func:`~.pooling.token_nll`.
+        ``host``: the same batch on the CPU, where the scored positions are found without a device sync."""
         hidden = self.hidden
         real = batch.attention_mask.bool().to(hidden.device)
         scored = real[:, 1:] & real[:, :-1]  # (B, T-1): position t predicts t + 1
-        rows, cols = scored.nonzero(as_tuple=True)
+        if host is not None:  # nonzero on the device would wait for it: find the positions on the host
+            on_host = host.attention_mask.bool()
+            rows, cols = (on_host[:, 1:] & on_host[:, :-1]).nonzero(as_tuple=True)
+            rows, cols = rows.to(hidden.device, non_blocking=True), cols.to(hidden.device, non_blocking=True)
+        else:
+            rows, cols = scored.nonzero(as_tuple=True)
         targets = batch.input_ids.to(hidden.device)[rows, cols + 1]
         head = self.lm.model.get_output_embeddings()
         vocab = head.weight.shape[0]

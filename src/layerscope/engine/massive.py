@@ -29,30 +29,43 @@ MASSIVE_RATIO = 100.0
 
 
 def massive_mask(hidden: torch.Tensor, real: torch.Tensor, ratio: float = MASSIVE_RATIO, *,
-                 bracket: bool | None = None) -> torch.Tensor:
+                 method: str | None = None) -> torch.Tensor:
     """``flags = massive_mask(hidden, batch.attention_mask.bool())``: (B, T) bool, True at the real tokens of
     one layer's ``hidden`` (B, T, d) that are massive by the module's rule; padding is never flagged and never
     enters a text's median (whatever it holds, NaN included). A text with a NaN among its real values has a NaN
     median (as ``np.median``), so none of its tokens is flagged at that layer.
 
-    Every text of the batch at once, with no loop over texts. With ``bracket`` (``None``: on a CPU) one histogram
-    of the values' bit patterns (:func:`_bracket`) puts each text's two middle values between float32 bin edges
-    at most 2^-7 apart: a token whose peak is above ``ratio`` x the bracket's top is massive, one at or below
-    ``ratio`` x its bottom is not, and only a text with a peak in between (or middle values outside the
-    histogram's window) gets its exact median by ``nanmedian``. Without ``bracket`` every text's exact median is
-    taken, with no host sync (the path for a GPU, where ``nanmedian`` is cheap). Both give exactly the flags of
-    the textbook median.
+    Every text of the batch at once, with no loop over texts and no host sync off the CPU. ``method`` (``None``:
+    chosen by device and dtype) says how each text's median is found; all three give exactly the flags of the
+    textbook median:
+
+    - ``"bits16"`` (CUDA, bfloat16 or float16 states): a 16-bit float >= 0 read as an integer orders like its
+      value, so one histogram of the 2^15 magnitude bit patterns per text gives each text's two middle values
+      exactly (:func:`_median_bits16`): no float32 copy of the states, no select;
+    - ``"bracket"`` (CPU): one histogram of the float32 values' top 16 bits (:func:`_bracket`) puts each text's
+      two middle values between bin edges at most 2^-7 apart: a token whose peak is above ``ratio`` x the
+      bracket's top is massive, one at or below ``ratio`` x its bottom is not, and only a text with a peak in
+      between (or middle values outside the histogram's window) gets its exact median by ``nanmedian``;
+    - ``"exact"`` (CUDA, float32 states): every text's median by ``nanmedian``.
     """
     real = real.to(hidden.device).bool()
-    mag = hidden.float()
-    mag = mag.abs_() if mag is not hidden else mag.abs()  # (B, T, d) a new tensor; padding is left as it is
-    peak = mag.amax(dim=-1)  # (B, T); NaN where a token holds NaN
+    if method is None:
+        if hidden.device.type == "cpu":
+            method = "bracket"
+        else:
+            method = "bits16" if hidden.dtype in (torch.bfloat16, torch.float16) else "exact"
     n = real.sum(dim=1) * hidden.shape[-1]  # (B,) real values per text
+    if method == "bits16":
+        peak = torch.maximum(hidden.amax(dim=-1), -hidden.amin(dim=-1)).float()  # (B, T) max |x|; NaN stays NaN
+        median = _median_bits16(hidden, real, n)
+    else:
+        mag = hidden.float()
+        mag = mag.abs_() if mag is not hidden else mag.abs()  # (B, T, d) a new tensor; padding is left as it is
+        peak = mag.amax(dim=-1)  # (B, T); NaN where a token holds NaN
     unusable = (peak.isnan() & real).any(dim=1)  # (B,) np.median of values holding NaN is NaN: nothing flagged
-    if bracket is None:
-        bracket = mag.device.type == "cpu"
-    if not bracket:
+    if method == "exact":
         median = _exact_median(mag, real, n)
+    if method != "bracket":
         return real & (peak > ratio * median[:, None]) & ~unusable[:, None]
     low, high = _bracket(mag, real, n)
     flags = real & (peak > ratio * high[:, None])
@@ -62,6 +75,27 @@ def massive_mask(hidden: torch.Tensor, real: torch.Tensor, ratio: float = MASSIV
         median = _exact_median(mag[rows], real[rows], n[rows])
         flags[rows] = real[rows] & (peak[rows] > ratio * median[:, None])
     return flags & ~unusable[:, None]
+
+
+def _median_bits16(hidden: torch.Tensor, real: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """(B,) float32: each text's textbook median of |``hidden``| ((B, T, d) bfloat16 or float16) over its real
+    tokens ``real`` (B, T), ``n`` (B,) values each, from one histogram of the magnitude bit patterns: the count of
+    every pattern (2^15 per text) gives the lower and upper middle values exactly (their mean in float32, as
+    ``np.median`` takes it on float32 values). Padding is counted into a row past the texts' and never read."""
+    B = hidden.shape[0]
+    bins = 1 << 15
+    slot = torch.where(real, torch.arange(B, device=hidden.device)[:, None], B).to(torch.int32)  # (B, T)
+    keys = hidden.view(torch.int16).to(torch.int32).bitwise_and_(0x7FFF)  # (B, T, d) |x|'s bit pattern
+    keys.add_((slot * bins)[..., None])
+    counts = torch.zeros((B + 1) * bins, dtype=torch.int32, device=hidden.device)
+    counts.index_add_(0, keys.view(-1), torch.ones_like(keys).view(-1))
+    cumulative = counts[: B * bins].view(B, bins).cumsum(dim=1)  # (B, bins)
+    first, second = (n - 1) // 2, n // 2  # (B,) 0-based ranks of the lower and upper middle values
+    lower = (cumulative <= first[:, None]).sum(dim=1)  # (B,) the bit pattern holding rank `first`
+    upper = (cumulative <= second[:, None]).sum(dim=1)
+    as_value = lambda pattern: pattern.to(torch.int16).view(hidden.dtype).float()  # noqa: E731
+    lo, hi = as_value(lower), as_value(upper)
+    return torch.where(n % 2 == 1, lo, (lo + hi) / 2)
 
 
 def _exact_median(mag: torch.Tensor, real: torch.Tensor, n: torch.Tensor) -> torch.Tensor:

@@ -44,11 +44,13 @@ def mean_mask(batch: Batch, bos_token_id: int | None, compat: str | None = None)
     """
     mask = batch.attention_mask.bool().clone()
     rows = torch.arange(mask.shape[0], device=mask.device)
-    drop = torch.ones_like(batch.first, dtype=torch.bool)
-    if compat != "seed":
-        first_ids = batch.input_ids[rows, batch.first]
-        drop = first_ids == bos_token_id if bos_token_id is not None else torch.zeros_like(drop)
-    mask[rows[drop], batch.first[drop]] = False
+    if compat == "seed":
+        drop = torch.ones_like(batch.first, dtype=torch.bool)
+    elif bos_token_id is None:
+        return mask
+    else:
+        drop = batch.input_ids[rows, batch.first] == bos_token_id
+    mask[rows, batch.first] &= ~drop  # no boolean indexing: its size would need a host sync
     return mask
 
 
@@ -78,13 +80,13 @@ def pool(hidden: torch.Tensor, batch: Batch, masks: torch.Tensor | dict[str, tor
     """Pool one layer's ``hidden`` (B, T, d) into {pooling: (B, d) float32}. ``masks``: the (B, T) ``mean`` mask,
     or {pooling: mask} for every mean-type pooling asked for (from :func:`pooling_masks`).
 
-    The mean-type poolings are one batched product (B, P, T) x (B, T, d) of 0/1 weights with the states, summed
-    in float32; a state left out (padding, a dropped token) enters as 0 x value, so a result is taken again by
-    selection (``torch.where``) whenever it is not finite, and a non-finite value outside a text's mask never
-    reaches it."""
+    The mean-type poolings are one batched product (B, P, T) x (B, T, d) of 0/1 weights with the states in float32
+    (one float32 copy of the state, taken once for every pooling). A value outside a text's mask must not reach its
+    mean, not even as 0 x inf = NaN, so the product reads the states with every token whose values do not sum to a
+    finite number set to 0, and a mean that counts such a token is NaN: the same numbers as summing the selected
+    tokens, with no host sync (no data-dependent branch). (A token of finite values whose sum overflows float32,
+    beyond 1e34 per value, counts as non-finite.)"""
     masks = masks if isinstance(masks, dict) else {"mean": masks}
-    hidden = hidden.float()
-    rows = torch.arange(hidden.shape[0], device=hidden.device)
     means = [name for name in poolings if name in MEAN_POOLINGS]
     for name in means:
         if masks.get(name) is None:
@@ -92,20 +94,26 @@ def pool(hidden: torch.Tensor, batch: Batch, masks: torch.Tensor | dict[str, tor
     for name in poolings:
         if name not in MEAN_POOLINGS and name not in ("last", "first"):
             raise ValueError(f"unknown pooling {name!r}")
+    rows = torch.arange(hidden.shape[0], device=hidden.device)
     out = {}
     if means:
-        chosen = torch.stack([masks[name] for name in means], dim=1)  # (B, P, T)
-        totals = torch.bmm(chosen.to(hidden.dtype), hidden)  # (B, P, d)
+        bad = ~torch.isfinite(hidden.sum(dim=-1, dtype=torch.float32))[..., None]  # (B, T, 1)
+        if hidden.dtype == torch.float32:
+            clean = torch.where(bad, 0.0, hidden)  # (B, T, d) a new tensor: the model's own is never changed
+        else:
+            clean = hidden.float().masked_fill_(bad, 0.0)
+        chosen = torch.stack([masks[name] for name in means], dim=1).float()  # (B, P, T)
+        totals = torch.bmm(chosen, clean)  # (B, P, d)
         counts = chosen.sum(dim=2, keepdim=True)  # (B, P, 1)
-        redo = not bool(torch.isfinite(totals).all())  # maybe 0 x inf from a token outside a mask: select
+        broken = torch.bmm(chosen, bad.float())  # (B, P, 1): non-finite tokens each mean counts
+        totals = torch.where(broken > 0, torch.nan, totals)
         for i, name in enumerate(means):
-            total = torch.where(masks[name][..., None], hidden, 0.0).sum(dim=1) if redo else totals[:, i]
-            out[name] = total / counts[:, i]  # 0/0 = NaN for a text with no token left
+            out[name] = totals[:, i] / counts[:, i]  # 0/0 = NaN for a text with no token left
     for name in poolings:
         if name == "last":
-            out[name] = hidden[rows, batch.last]
+            out[name] = hidden[rows, batch.last].float()
         elif name == "first":
-            out[name] = hidden[rows, batch.first]
+            out[name] = hidden[rows, batch.first].float()
     return {name: out[name] for name in poolings}
 
 

@@ -2,9 +2,10 @@
 
     store = LayerStore.open(folder, layout)        # created (atomically) or reopened
     with store.locked():                           # one writer per entry, across processes
-        todo = store.missing()                     # (n_texts,) bool: rows not yet written and verified
-        store.write(start, arrays)                 # rows [start, start + B) of every array
+        todo = store.missing()                     # (n_texts,) bool: rows no journal line covers
+        store.write(start, arrays)                 # rows [start, start + B) of every array, then their journal line
     store.pooled("mean")                           # a LayerStack reading pooled_mean.npy one layer at a time
+    store.heal = recompute                         # recompute(store, todo) when a read finds damaged rows
 
 Rows are in *store order*: texts sorted longest first (stable), which no batch plan changes, so a
 batch is a contiguous run of rows and one layer of one batch is one contiguous write. Per pooling,
@@ -12,47 +13,53 @@ batch is a contiguous run of rows and one layer of one batch is one contiguous w
 contiguous. ``prenorm_<p>.npy`` is ``(n_texts, d)``; ``nll_sum``, ``n_scored``, ``n_tokens`` are ``(n_texts,)``.
 Readers turn rows back into the caller's order.
 
-Atomicity and corruption (the folder's side is :mod:`.entry`'s): the folder is created complete (sparse
-files) under a temp name and renamed,
-with the modes the umask allows (folder 0o777, files 0o666), while holding the entry's lock, the file
-``<folder>.lock`` beside it (so processes opening a new entry at once build it once). After a batch's rows
-are written, one line ``{"start", "stop", "sha256"}`` is appended to ``journal.jsonl``; only journalled
-rows count as written. :meth:`locked` hashes every journalled range again, in the same read checking that
-its stored floats are finite, and forgets one whose bytes no longer match (a killed writer, a damaged disk)
-or that holds NaN or inf, so those rows are computed again; a torn last journal line is ignored. It also
-removes temp files that killed writers left, beside the entry and in it. A ``meta.json`` that does not parse
-is written again and the verified rows are kept; array files of another shape or dtype make the entry be
-built again, and so does an ``order.npy`` that does not load as integers (``.npy`` files are read with
-``allow_pickle=False``: an object array planted in the cache is never unpickled). Something that is not a file
-where the store keeps one (a folder of the user's) is a
-``CacheError``: the store never deletes it. A finite value too large for a float16 store is an
-``ExtractionError``, raised before the batch is written. Reading never holds more than one layer's block.
+Writing goes at the disk's speed: each chunk is written from the array's own buffer (``os.pwrite``, no copy) and
+hashed with XXH3 while its bytes are in the cache; then one journal line holds every chunk's checksum
+(:mod:`.journal`). Only journalled rows count as written.
+
+Checking is lazy. Opening an entry reads its journal and nothing else, so a cache hit costs the same for ten texts
+or a million. A chunk's bytes are checked against their checksum the first time a reader reads them (a layer of a
+pooling, the NLLs, the pre-norm vectors). A chunk that no longer matches (a damaged disk, a changed file), or that
+holds NaN or inf (which no extraction stores), drops its batch's journal line, and the batch is computed again at once by :attr:`LayerStore.heal` (``extract`` sets it
+while its model is alive; otherwise one ``CacheError`` says to run the extraction again) before the read returns.
+:meth:`verify` checks every journalled byte at once.
+
+Atomicity (the folder's side is :mod:`.entry`'s): the folder is created complete (sparse files) under a temp name
+and renamed, with the modes the umask allows (folder 0o777, files 0o666), while holding the entry's lock, the file
+``<folder>.lock`` beside it (so processes opening a new entry at once build it once). :meth:`locked` removes temp
+files that killed writers left, beside the entry and in it, and drops journal lines that later ones superseded. A
+``meta.json`` that does not parse is written again and the journalled rows are kept; array files of another shape
+or dtype make the entry be built again, and so does an ``order.npy`` that does not load as integers (``.npy``
+files are read with ``allow_pickle=False``: an object array planted in the cache is never unpickled). Something
+that is not a file where the store keeps one (a folder of the user's) is a ``CacheError``: the store never deletes
+it. A finite value too large for a float16 store is an ``ExtractionError``, raised before the batch is written.
+Reading never holds more than one layer's block.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 from filelock import FileLock
 
-from ..errors import CacheError, ExtractionError, spelled
-from ..io import atomic_write_bytes, is_disk_full
+from ..errors import CacheError, DiskFullError, ExtractionError, spelled
+from ..io import atomic_write_bytes
 from ..paths import cache_error
+from . import journal
 from .entry import STALE_TEMP_S, Layout, create, data_offset, entry_state, lock_path, remove_stale, repair
+from .layers import LayerSource, LayerStack
 
 __all__ = ["STALE_TEMP_S", "LayerStore", "Layout", "RowArrays", "StoreSource"]
-from .layers import LayerSource, LayerStack
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +69,10 @@ FLOAT32_FIX = spelled("--store-dtype float32", "store_dtype='float32'")
 class LayerStore:
     """Layer-major arrays in one folder; see the module docstring. Build with :meth:`open` or :meth:`temporary`."""
 
+    heal: Callable[[LayerStore, np.ndarray], None] | None = None
+    """``heal(store, todo)``: compute and :meth:`write` the rows ``todo`` ((n_texts,) bool, store order) again,
+    holding the entry's lock; called when a read finds stored bytes that no longer match their checksum."""
+
     def __init__(self, folder: Path, layout: Layout, order: np.ndarray, writable: CacheError | None = None):
         self.folder = Path(folder)
         self.layout = layout
@@ -69,7 +80,17 @@ class LayerStore:
         """(n_texts,) the caller's position of each store row."""
         self._cannot_write = writable
         self._offsets = {key: data_offset(self.folder / f"{key}.npy") for key in layout.shapes()}
-        self._done: list[tuple[int, int, str]] = []
+        self._done: list[journal.Entry] = []
+        self._checked: set[tuple[str, int, int, int]] = set()
+        """(key, slot, start, stop) chunks whose bytes matched their checksum since they were journalled."""
+        self._lock = FileLock(lock_path(self.folder), thread_local=False)  # one lock object: re-entrant
+
+    def __getstate__(self):
+        return {**self.__dict__, "heal": None, "_lock": None, "_cleanup": None}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = FileLock(lock_path(self.folder), thread_local=False)
 
     # ---- opening ---------------------------------------------------------------------------------------------
     @classmethod
@@ -79,7 +100,7 @@ class LayerStore:
         naming the fix when the cache cannot be written and the entry is missing, or when something that is not
         the store's file stands where it keeps one (it is left alone)."""
         folder = Path(folder)
-        meta = json.loads(json.dumps({**meta, "layout": asdict(layout)}))
+        meta = json_copy({**meta, "layout": asdict(layout)})
         if entry_state(folder, layout, order, meta) != "ok":
             repair(folder, layout, order, meta)
         on_disk = read_order(folder)
@@ -102,39 +123,62 @@ class LayerStore:
         store._cleanup = weakref.finalize(store, shutil.rmtree, folder.parent, True)
         return store
 
-    # ---- writing ---------------------------------------------------------------------------------------------
+    # ---- the journal -----------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """``with store.locked(): ...``: hold the entry's lock, clear killed writers' temp files (beside the entry
-        and in it), and read the journal, verifying every range (its hash, and that its floats are finite). Where
-        the lock cannot be taken (a read-only cache) the block runs without it and may only read."""
-        lock = FileLock(lock_path(self.folder))
+        and in it), and read the journal (no stored byte is read). Where the lock cannot be taken (a read-only
+        cache) the block runs without it and may only read."""
         try:
-            lock.acquire()
+            self._lock.acquire()
         except OSError as exc:
-            log.info("cannot lock %s (%s); reading the cache without the lock", lock.lock_file, exc)
-            self._cannot_write = self._cannot_write or cache_error(lock.lock_file, exc, "lock")
-            self._done = self._verified()
+            log.info("cannot lock %s (%s); reading the cache without the lock", self._lock.lock_file, exc)
+            self._cannot_write = self._cannot_write or cache_error(self._lock.lock_file, exc, "lock")
+            self._load_journal()
             yield
             return
         try:
-            remove_stale(self.folder.parent)
-            remove_stale(self.folder)  # a journal or meta.json rewrite that was killed half-way
-            self._done = self._verified()
+            if self._lock.lock_counter == 1:
+                remove_stale(self.folder.parent)
+                remove_stale(self.folder)  # a journal or meta.json rewrite that was killed half-way
+            self._load_journal()
             yield
         finally:
-            lock.release()
+            self._lock.release()
+
+    def _load_journal(self) -> None:
+        """Read the journal; rewrite it without superseded or unusable lines when the lock is held."""
+        path = self.folder / "journal.jsonl"
+        entries, lines = journal.parse(path, self.layout.n_texts)
+        if entries != self._done:
+            self._checked = {c for c in self._checked if any((c[2], c[3]) == (e.start, e.stop) for e in entries)}
+        self._done = entries
+        if lines != len(entries) and self._cannot_write is None and self._lock.is_locked:
+            self._rewrite_journal()
+
+    def _rewrite_journal(self) -> None:
+        """Write the journal again holding only ``self._done`` (best effort: a later line supersedes a stale one)."""
+        with contextlib.suppress(OSError, DiskFullError):
+            atomic_write_bytes(self.folder / "journal.jsonl", journal.text(self._done))
 
     def missing(self) -> np.ndarray:
-        """(n_texts,) bool in store order: rows no verified journal line covers."""
+        """(n_texts,) bool in store order: rows no journal line covers."""
         todo = np.ones(self.layout.n_texts, dtype=bool)
-        for start, stop, _ in self._done:
-            todo[start:stop] = False
+        for entry in self._done:
+            todo[entry.start : entry.stop] = False
         return todo
 
+    @property
+    def batches(self) -> int:
+        """Journalled batches."""
+        return len(self._done)
+
+    # ---- writing ---------------------------------------------------------------------------------------------
     def write(self, start: int, arrays: dict[str, np.ndarray]) -> None:
         """Write rows ``[start, start + B)``: ``pooled_<p>`` (n_stored_layers, B, d), ``prenorm_<p>`` (B, d), and
-        (B,) ``nll_sum``, ``n_scored``, ``n_tokens``; then journal them. ``CacheError`` when the cache is read-only."""
+        (B,) ``nll_sum``, ``n_scored``, ``n_tokens``; then journal them. Each chunk goes to disk from its array's
+        buffer and is hashed on the way. ``CacheError`` naming the path and the cause when it cannot be written (a
+        read-only cache, a full disk, a quota, a file-size limit); the batch is then not journalled."""
         if self._cannot_write is not None:
             raise self._cannot_write
         shapes = self.layout.shapes()
@@ -145,22 +189,27 @@ class LayerStore:
             cast = {key: np.asarray(arrays[key], dtype=dtype) for key, (_, dtype) in shapes.items()}
         if self.layout.store_dtype == "float16":
             self._check_float16(start, arrays, cast)
-        digest = hashlib.sha256()
+        sums = {}
+        path = self.folder
         try:
             for key in sorted(shapes):
-                with open(self.folder / f"{key}.npy", "r+b") as f:
+                path = self.folder / f"{key}.npy"
+                parts = []
+                fd = os.open(path, os.O_WRONLY)
+                try:
                     for offset, chunk in self._chunks(key, start, stop, cast[key]):
-                        data = chunk.tobytes()
-                        os.pwrite(f.fileno(), data, offset)
-                        digest.update(data)
-            line = json.dumps({"start": start, "stop": stop, "sha256": digest.hexdigest()})
-            with open(self.folder / "journal.jsonl", "a") as f:
-                f.write(line + "\n")
+                        _pwrite_all(fd, chunk, offset)
+                        parts.append(journal.digest(chunk))
+                finally:
+                    os.close(fd)
+                sums[key] = "".join(parts)
+            entry = journal.Entry(start, stop, sums)
+            path = self.folder / "journal.jsonl"
+            with open(path, "a") as f:
+                f.write(entry.line() + "\n")
         except OSError as exc:
-            if is_disk_full(exc):
-                raise
-            raise cache_error(self.folder, exc) from None
-        self._done.append((start, stop, digest.hexdigest()))
+            raise cache_error(path, exc) from None
+        self._done = [e for e in self._done if e.stop <= start or e.start >= stop] + [entry]
 
     def _check_float16(self, start: int, arrays: dict[str, np.ndarray], cast: dict[str, np.ndarray]) -> None:
         """``ExtractionError`` naming the text (and hidden state) of the first finite value of ``arrays`` that
@@ -194,55 +243,70 @@ class LayerStore:
             per_row = (shape[1] if len(shape) == 2 else 1) * item
             yield base + start * per_row, (None if array is None else np.ascontiguousarray(array))
 
-    def _verified(self) -> list[tuple[int, int, str]]:
-        """The journal's ranges whose bytes still hash to what was written; a damaged one is dropped."""
-        try:
-            lines = (self.folder / "journal.jsonl").read_text().splitlines()
-        except OSError:
-            return []
-        good, bad = [], {"damaged": 0, "holding NaN or inf": 0}
-        for line in lines:
-            try:
-                entry = json.loads(line)
-                start, stop, sha = int(entry["start"]), int(entry["stop"]), str(entry["sha256"])
-            except (ValueError, KeyError, TypeError):
-                continue  # a torn line from a killed writer
-            digest = self._hash(start, stop) if 0 <= start < stop <= self.layout.n_texts else ""
-            if digest == sha:
-                good.append((start, stop, sha))
-            else:
-                bad["holding NaN or inf" if digest is None else "damaged"] += 1
-        if any(bad.values()):
-            log.warning("stored batches in %s: %s; computing them again", self.folder,
-                        ", ".join(f"{n} {why}" for why, n in bad.items() if n))
-            if self._cannot_write is None:
-                with contextlib.suppress(OSError):
-                    atomic_write_bytes(self.folder / "journal.jsonl",
-                                       "".join(json.dumps({"start": s, "stop": e, "sha256": h}) + "\n"
-                                               for s, e, h in good).encode())
-        return good
+    # ---- checking --------------------------------------------------------------------------------------------
+    def _check(self, key: str, slot: int, block: np.ndarray) -> list[journal.Entry]:
+        """The journal lines whose chunk of ``key`` (layer ``slot``) in ``block`` (every row of it, store order)
+        does not match its checksum; the others are remembered as checked."""
+        bad = []
+        for entry in self._done:
+            mark = (key, slot, entry.start, entry.stop)
+            if mark in self._checked:
+                continue
+            chunk = block[entry.start : entry.stop]
+            if entry.chunk(key, slot) == journal.digest(chunk) and (chunk.dtype.kind != "f" or
+                                                                     np.isfinite(chunk).all()):
+                self._checked.add(mark)
+            else:  # changed bytes, or NaN or inf that no extraction stores (it refuses such a batch)
+                bad.append(entry)
+        return bad
 
-    def _hash(self, start: int, stop: int) -> str | None:
-        """SHA-256 of rows ``[start, stop)`` of every array, as :meth:`write` journals it; ``""`` when they cannot
-        be read in full, None when a stored float among them is NaN or inf (checked in the same read)."""
-        digest = hashlib.sha256()
-        shapes = self.layout.shapes()
-        try:
-            for key in sorted(shapes):
-                shape, dtype = shapes[key]
-                floats = np.dtype(dtype).kind == "f"
-                size = (stop - start) * (shape[-1] if len(shape) > 1 else 1) * np.dtype(dtype).itemsize
-                with open(self.folder / f"{key}.npy", "rb") as f:
-                    for offset, _ in self._chunks(key, start, stop):
-                        data = os.pread(f.fileno(), size, offset)
-                        if len(data) != size:
-                            return ""
-                        if floats and not np.isfinite(np.frombuffer(data, dtype=dtype)).all():
-                            return None
-                        digest.update(data)
-        except OSError:
-            return ""
-        return digest.hexdigest()
+    def _checked_read(self, key: str, slot: int, read: Callable[[], np.ndarray]) -> np.ndarray:
+        """``read()`` (every row of ``key``'s layer ``slot``, store order), its journalled chunks checked; damaged
+        batches are dropped from the journal and computed again (:attr:`heal`), then read once more."""
+        block = read()
+        bad = self._check(key, slot, block)
+        if not bad:
+            return block
+        self._repair(bad, key)
+        block = read()
+        if self._check(key, slot, block):
+            raise CacheError(f"cache entry {self.folder} was computed again but {key}.npy still does not match its "
+                             "checksum (is another process writing it?): remove the folder (it is recomputed)")
+        return block
+
+    def _repair(self, bad: list[journal.Entry], key: str) -> None:
+        """Drop the damaged journal lines ``bad`` and compute their rows again, under the entry's lock."""
+        rows = ", ".join(f"[{e.start}, {e.stop})" for e in bad)
+        log.warning("stored rows %s of %s in %s do not match their checksum (damaged); computing them again",
+                    rows, key, self.folder)
+        if self._cannot_write is not None or self.heal is None:
+            raise CacheError(f"cache entry {self.folder}: stored rows {rows} of {key}.npy no longer match their "
+                             "checksum (the file was damaged or changed); run the extraction again to compute them "
+                             "(or remove the folder)")
+        with self.locked():
+            self._done = [e for e in self._done if e not in bad]
+            self._rewrite_journal()
+            todo = self.missing()
+            if todo.any():
+                self.heal(self, todo)
+
+    def verify(self) -> list[tuple[int, int]]:
+        """Check every journalled chunk now (reading the whole entry); drop the lines of damaged ones from the
+        journal (their rows are then missing: computed again by the next extraction) and return their rows."""
+        bad: list[journal.Entry] = []
+        with self.locked():
+            for key, (shape, _) in self.layout.shapes().items():
+                for slot in range(shape[0] if len(shape) == 3 else 1):
+                    try:
+                        block = self._read_block(key, slot)
+                    except CacheError:
+                        bad += [e for e in self._done if e not in bad]
+                        break
+                    bad += [e for e in self._check(key, slot, block) if e not in bad]
+            if bad and self._cannot_write is None:
+                self._done = [e for e in self._done if e not in bad]
+                self._rewrite_journal()
+        return [(e.start, e.stop) for e in bad]
 
     # ---- reading ---------------------------------------------------------------------------------------------
     def pooled(self, pooling: str) -> LayerStack:
@@ -253,23 +317,43 @@ class LayerStore:
         """{pooling: (n_texts, d) float32} of the last block's output before the final norm, read on each access."""
         return RowArrays(self, {p: f"prenorm_{p}" for p in self.layout.poolings})
 
+    def _read_block(self, key: str, slot: int = 0) -> np.ndarray:
+        """Every row of ``key`` (layer ``slot`` of a pooled array) as stored: store order, stored dtype."""
+        shape, dtype = self.layout.shapes()[key]
+        offset = self._offsets[key]
+        if len(shape) == 3:
+            offset += slot * shape[1] * shape[2] * np.dtype(dtype).itemsize
+            shape = shape[1:]
+        return _read(self.folder / f"{key}.npy", offset, shape, dtype)
+
     def read_rows(self, key: str) -> np.ndarray:
         """A whole (n_texts,) or (n_texts, d) array in the caller's row order (float32 for stored vectors)."""
         shape, dtype = self.layout.shapes()[key]
-        stored = _read(self.folder / f"{key}.npy", self._offsets[key], shape, dtype)
+        stored = self._checked_read(key, 0, lambda: self._read_block(key))
         out = np.empty(shape, dtype=np.float32 if len(shape) == 2 else dtype)
         out[self.order] = stored
         return out
 
     def read_layer(self, pooling: str, slot: int) -> np.ndarray:
         """(n_texts, d) float32: stored layer ``slot`` of ``pooling``, in the caller's row order."""
-        n, d = self.layout.n_texts, self.layout.d
-        item = np.dtype(self.layout.store_dtype).itemsize
-        offset = self._offsets[f"pooled_{pooling}"] + slot * n * d * item
-        block = _read(self.folder / f"pooled_{pooling}.npy", offset, (n, d), self.layout.store_dtype)
-        out = np.empty((n, d), dtype=np.float32)
+        key = f"pooled_{pooling}"
+        block = self._checked_read(key, slot, lambda: self._read_block(key, slot))
+        out = np.empty(block.shape, dtype=np.float32)
         out[self.order] = block
         return out
+
+
+def json_copy(meta: dict) -> dict:
+    """``meta`` as it reads back from JSON (tuples become lists), to compare with a ``meta.json`` on disk."""
+    return json.loads(json.dumps(meta))
+
+
+def _pwrite_all(fd: int, chunk: np.ndarray, offset: int) -> None:
+    """Write the C-contiguous ``chunk`` at ``offset`` from its own buffer, however many calls the kernel needs."""
+    view = memoryview(chunk).cast("B")
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
 
 
 class StoreSource(LayerSource):

@@ -5,7 +5,8 @@
 
 A GGUF file is dequantized to float32 by transformers (10 to 70 s), then saved
 as safetensors with its tokenizer under ``$LAYERSCOPE_CACHE/models`` so later
-loads take about a second.
+loads take about a second. A conversion whose write fails (a full disk or quota, a file-size limit, a
+read-only cache, no permission) is one error naming the folder and the cause, and leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from ..errors import ModelLoadError
-from ..io import is_disk_full, staged_dir
+from ..io import staged_dir
 from ..paths import cache_error, models_dir, safe_slug
 from ..progress import stage
 
@@ -113,14 +114,12 @@ def _convert_once(dest: Path, locate: Callable[[Path], Path]) -> Path:
         probe.release()
     except Timeout:
         pass  # another process is converting it: wait for it below
-    except OSError as exc:
-        if is_disk_full(exc):
-            raise
+    except OSError as exc:  # a full disk or quota too: one CacheError naming the cause
         raise cache_error(dest, exc, doing="convert the model into") from None
     with FileLock(str(lock)):
         if dest.is_dir():  # another process converted it while we waited
             return dest
-        try:
+        try:  # a failed write (full disk, quota, file-size limit, ...): one error naming dest, nothing of it left
             with staged_dir(dest, kind="model") as tmp:  # removes a killed conversion's partial first
                 gguf = locate(tmp / "scratch")
                 log.info("converting %s to safetensors under %s (once)", gguf, dest)

@@ -18,7 +18,7 @@ import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from ..io import atomic_file, check_out_dir, clear_stale, replace_dir, write_marker
+from ..io import atomic_file, check_out_dir, clear_stale, replace_dir, worded_writes, write_marker
 from .config import StudyConfig
 from .config_file import dump_configs
 from .output import input_paths
@@ -68,9 +68,16 @@ def run_suite(configs: dict[str, StudyConfig], out: Path, force: bool = False,
     staging = partial_dir(out)
     if staging.exists() and _read(staging / "config.yaml") != resolved:
         shutil.rmtree(staging)  # an unfinished run of another config: ours to discard
-    staging.mkdir(parents=True, exist_ok=True)
-    with atomic_file(staging / "config.yaml", "w") as f:
-        f.write(resolved)
+    fresh = not staging.exists()
+    try:
+        with worded_writes(out):  # a full disk, a quota, a file-size limit...: one error naming out
+            staging.mkdir(parents=True, exist_ok=True)
+            with atomic_file(staging / "config.yaml", "w") as f:
+                f.write(resolved)
+    except BaseException:
+        if fresh:
+            shutil.rmtree(staging, ignore_errors=True)  # ours, and nothing in it yet
+        raise
     finished_any = False
     try:
         for name, config in configs.items():
@@ -86,13 +93,15 @@ def run_suite(configs: dict[str, StudyConfig], out: Path, force: bool = False,
             for line in get_study(name).headline(result):
                 echo(f"{name}: {line}")
         clear_stale(staging)  # what a killed study write left beside the study folders
-        write_index(staging, name=out.name)
-        write_marker(staging, "suite")
+        with worded_writes(out):
+            write_index(staging, name=out.name)
+            write_marker(staging, "suite")
     except BaseException:
         if not finished_any:
             shutil.rmtree(staging, ignore_errors=True)  # nothing worth resuming: leave no trace
         raise
-    replace_dir(staging, out)
+    with worded_writes(out):
+        replace_dir(staging, out)
     return out
 
 
