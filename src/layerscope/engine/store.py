@@ -13,15 +13,16 @@ batch is a contiguous run of rows and one layer of one batch is one contiguous w
 contiguous. ``prenorm_<p>.npy`` is ``(n_texts, d)``; ``nll_sum``, ``n_scored``, ``n_tokens`` are ``(n_texts,)``.
 Readers turn rows back into the caller's order.
 
-Writing goes at the disk's speed: each chunk is written from the array's own buffer (``os.pwrite``, no copy) and
-hashed with XXH3 while its bytes are in the cache; then one journal line holds every chunk's checksum
-(:mod:`.journal`). Only journalled rows count as written.
+Writing goes at the disk's speed: each chunk is written from the array's own buffer (``os.pwrite``, no copy)
+and hashed with XXH3 while its bytes are in the cache, the files of a batch side by side on a few threads; then
+one journal line holds every chunk's checksum (:mod:`.journal`). Only journalled rows count as written.
 
-Checking is lazy. Opening an entry reads its journal and nothing else, so a cache hit costs the same for ten texts
-or a million. A chunk's bytes are checked against their checksum the first time a reader reads them (a layer of a
-pooling, the NLLs, the pre-norm vectors). A chunk that no longer matches (a damaged disk, a changed file), or that
-holds NaN or inf (which no extraction stores), drops its batch's journal line, and the batch is computed again at once by :attr:`LayerStore.heal` (``extract`` sets it
-while its model is alive; otherwise one ``CacheError`` says to run the extraction again) before the read returns.
+Checking is lazy. Opening an entry reads its journal and nothing else, so a cache hit costs the same for ten
+texts or a million. A chunk's bytes are checked against their checksum the first time a reader reads them (a
+layer of a pooling, the NLLs, the pre-norm vectors). A chunk that no longer matches (a damaged disk, a changed
+file), or that holds NaN or inf (which no extraction stores), drops its batch's journal line, and the batch is
+computed again at once by :attr:`LayerStore.heal` (``extract`` sets it while its model is alive; otherwise one
+``CacheError`` says to run the extraction again) before the read returns.
 :meth:`verify` checks every journalled byte at once.
 
 Atomicity (the folder's side is :mod:`.entry`'s): the folder is created complete (sparse files) under a temp name
@@ -46,6 +47,7 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
@@ -64,6 +66,16 @@ __all__ = ["STALE_TEMP_S", "LayerStore", "Layout", "RowArrays", "StoreSource"]
 log = logging.getLogger(__name__)
 
 FLOAT32_FIX = spelled("--store-dtype float32", "store_dtype='float32'")
+
+_WRITERS: dict[int, ThreadPoolExecutor] = {}
+"""Per process (a forked child gets its own): threads that write a batch's files side by side."""
+
+
+def _writers() -> ThreadPoolExecutor:
+    pid = os.getpid()
+    if pid not in _WRITERS:
+        _WRITERS[pid] = ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="layerscope-store")
+    return _WRITERS[pid]
 
 
 class LayerStore:
@@ -189,27 +201,35 @@ class LayerStore:
             cast = {key: np.asarray(arrays[key], dtype=dtype) for key, (_, dtype) in shapes.items()}
         if self.layout.store_dtype == "float16":
             self._check_float16(start, arrays, cast)
-        sums = {}
-        path = self.folder
+        keys = sorted(shapes, key=lambda k: -cast[k].nbytes)  # the big files first, each on a thread of its own
+        done = list(_writers().map(lambda key: self._write_file(key, start, stop, cast[key]), keys))
+        failed = next((result for result in done if isinstance(result, tuple)), None)
+        if failed is not None:
+            raise cache_error(*failed) from None
+        entry = journal.Entry(start, stop, dict(zip(keys, done, strict=True)))
+        path = self.folder / "journal.jsonl"
         try:
-            for key in sorted(shapes):
-                path = self.folder / f"{key}.npy"
-                parts = []
-                fd = os.open(path, os.O_WRONLY)
-                try:
-                    for offset, chunk in self._chunks(key, start, stop, cast[key]):
-                        _pwrite_all(fd, chunk, offset)
-                        parts.append(journal.digest(chunk))
-                finally:
-                    os.close(fd)
-                sums[key] = "".join(parts)
-            entry = journal.Entry(start, stop, sums)
-            path = self.folder / "journal.jsonl"
             with open(path, "a") as f:
                 f.write(entry.line() + "\n")
         except OSError as exc:
             raise cache_error(path, exc) from None
         self._done = [e for e in self._done if e.stop <= start or e.start >= stop] + [entry]
+
+    def _write_file(self, key: str, start: int, stop: int, array: np.ndarray) -> str | tuple[Path, OSError]:
+        """Write ``key``'s rows ``[start, stop)`` from ``array``; their chunks' digests, or (path, error)."""
+        path = self.folder / f"{key}.npy"
+        parts = []
+        try:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                for offset, chunk in self._chunks(key, start, stop, array):
+                    _pwrite_all(fd, chunk, offset)
+                    parts.append(journal.digest(chunk))
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            return path, exc
+        return "".join(parts)
 
     def _check_float16(self, start: int, arrays: dict[str, np.ndarray], cast: dict[str, np.ndarray]) -> None:
         """``ExtractionError`` naming the text (and hidden state) of the first finite value of ``arrays`` that
