@@ -1,8 +1,12 @@
-"""The engine's other GPU paths on an 8B-shaped random bf16 model: the atlas pass, surgery with and without
-prefix reuse, and the logit lens of one prompt; wall time and peak GPU memory of each.
+"""The engine's other GPU paths on an 8B-shaped random bf16 model: the atlas pass (against a bare forward pass of
+the same texts), surgery with and without prefix reuse, and the logit lens of one prompt; wall time and peak GPU
+memory of each.
 
     python benchmarks/gpu_checks.py [--tokenizer DIR] [--texts 460] [--surgery-texts 64]
     python benchmarks/gpu_checks.py --tiny-cpu        # the same code path on a tiny shape, on the CPU
+
+The bare pass runs the same texts (cut at 40 tokens) in the atlas's own length-sorted batch plan through
+``model(..., output_hidden_states=True)``, nothing kept; the line "atlas pass / bare pass = Nx" is their ratio.
 
 Checks, not only timings: surgery's numbers with prefix reuse equal those without (largest difference printed);
 the lens at the last layer equals the model's own argmax at every position. Exits with status 1 when either fails,
@@ -28,6 +32,24 @@ def timed(device: torch.device, what, *args, **kwargs):
     out = what(*args, **kwargs)
     sync(device)
     return out, time.perf_counter() - start, peak_gib(device)
+
+
+@torch.inference_mode()
+def bare_pass(lm, texts: list[str], max_length: int) -> int:
+    """The atlas's batches of ``texts`` through the model alone (hidden states returned, nothing kept); returns the
+    number of batches."""
+    from layerscope.engine.batching import MAX_TEXTS_PER_BATCH, collate, memory_budget, pad_id, plan_batches
+    from layerscope.engine.guards import encode
+    from layerscope.models import input_device
+
+    ids = encode(lm, texts, max_length)
+    budget = memory_budget(lm.model, lm.info.vocab_size, lm.info.n_layers + 2)
+    batches = plan_batches([len(x) for x in ids], MAX_TEXTS_PER_BATCH, budget)
+    device = input_device(lm.model)
+    for index in batches:
+        batch = collate([ids[i] for i in index], index, pad_id(lm.tokenizer)).to(device)
+        lm.model(**batch.model_inputs(), output_hidden_states=True, use_cache=False)
+    return len(batches)
 
 
 def main() -> int:
@@ -56,8 +78,12 @@ def main() -> int:
     ok = True
 
     atlas_pass(lm, texts[:8], max_length=40, progress=False)  # warm-up
+    bare_pass(lm, texts, max_length=40)
+    n_batches, bare, bare_peak = timed(device, bare_pass, lm, texts, max_length=40)
     result, seconds, peak = timed(device, atlas_pass, lm, texts, max_length=40, progress=False)
-    print(f"atlas pass, {len(texts)} texts, every layer: {seconds:.2f} s, peak GPU {peak:.1f} GiB", flush=True)
+    print(f"bare pass, {len(texts)} texts, {n_batches} batch(es): {bare:.2f} s, peak GPU {bare_peak:.1f} GiB")
+    print(f"atlas pass, {len(texts)} texts, every layer: {seconds:.2f} s ({result.seconds}), peak GPU {peak:.1f} GiB")
+    print(f"atlas pass / bare pass = {seconds / bare:.1f}x", flush=True)
 
     n_layers = lm.info.n_layers
     ivs = ([Intervention.skip(b) for b in range(n_layers)] + [Intervention.repeat(b) for b in range(0, n_layers, 4)]

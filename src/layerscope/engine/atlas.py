@@ -13,7 +13,7 @@ reads the last block's output before the final norm (the residual stream, as the
 except the logit lens, whose layer ``n_layers`` is the model's own prediction (it applies the final norm to every
 layer itself). Block ``l``'s influence compares its input (state ``l``) with its output (state ``l + 1``).
 
-What is summed per batch (float64, on the model's device):
+What is summed per batch (float64, on the model's device, read back once per batch: no host sync per layer):
 
 - the logit lens (:mod:`.lens`) on every scored token;
 - block influence (ShortGPT, Men et al. 2024): 1 - cos(h_l, h_{l+1}) over every real token, position 0 included,
@@ -49,6 +49,7 @@ from .atlas_sums import ENTROPY_KEYS, PassSums, TextStats, prompt_entropy_sums
 from .batching import MAX_TEXTS_PER_BATCH, collate, memory_budget, pad_id, plan_batches
 from .capture import last_capture, pre_norm_capture
 from .guards import check_finite, encode
+from .head import head_only_last
 from .massive_profile import MassiveSummary
 
 __all__ = ["AtlasPass", "atlas_pass", "prefix_within", "prompt_entropy_sums"]
@@ -136,21 +137,29 @@ def atlas_pass(lm: LoadedModel, texts: Sequence[str], *, layers: Sequence[int] |
     batches = plan_batches([len(x) for x in ids], batch_size or MAX_TEXTS_PER_BATCH, budget)
     for index in steps(batches, f"atlas {lm.info.name}", "batch") if progress is not False else batches:
         start = time.perf_counter()
-        batch = collate([ids[i] for i in index], index, pad_id(lm.tokenizer)).to(device)
-        with pre_norm_capture(lm.model) as captured:
-            out = lm.model(**batch.model_inputs(), output_hidden_states=True, use_cache=False)
+        batch_ids = [ids[i] for i in index]
+        host = collate(batch_ids, index, pad_id(lm.tokenizer), side="right")
+        layout = sums.layout(host, batch_ids).to(device)  # token positions found on the host: no device sync
+        batch = host.to(device, non_blocking=True)
+        with pre_norm_capture(lm.model) as captured, head_only_last(lm):  # no (B, T, vocab) logits: the lens
+            out = lm.model(**batch.model_inputs(), output_hidden_states=True, use_cache=False)  # makes its own
         states = [h.to(device) for h in out.hidden_states]
         pre_norm = last_capture(captured, lm).to(device)
         del out
-        real = batch.attention_mask.bool()
-        bad = torch.stack([((~torch.isfinite(h)).any(dim=-1) & real).any(dim=1) for h in [*states, pre_norm]], 1)
-        bad[:, -2] |= bad[:, -1]  # the pre-norm state is the last block's output: hidden state n_layers
-        check_finite(lm, texts, index, bad_layers=bad[:, :-1])
+        check_finite(lm, texts, index, bad_layers=_nonfinite(states, pre_norm, layout.real))  # one sync
         middle = time.perf_counter()
-        sums.add(batch, states, pre_norm)
+        sums.add(batch, states, pre_norm, layout)
         seconds["forward_s"] += middle - start
         seconds["measures_s"] += time.perf_counter() - middle
     return _result(sums, n_tokens=sum(len(x) for x in ids), seconds=seconds)
+
+
+def _nonfinite(states: list[torch.Tensor], pre_norm: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """(B, n_layers + 1) bool: row b holds NaN or inf at a real token of hidden state l (the pre-norm state, the
+    last block's output, counts as state n_layers)."""
+    bad = torch.stack([((~torch.isfinite(h)).any(dim=-1) & real).any(dim=1) for h in [*states, pre_norm]], 1)
+    bad[:, -2] |= bad[:, -1]
+    return bad[:, :-1]
 
 
 def _result(sums: PassSums, n_tokens: int, seconds: dict[str, float]) -> AtlasPass:

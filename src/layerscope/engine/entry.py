@@ -224,3 +224,32 @@ def _read_json(path: Path):
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def json_copy(meta: dict) -> dict:
+    """``meta`` as it reads back from JSON (tuples become lists), to compare with a ``meta.json`` on disk."""
+    return json.loads(json.dumps(meta))
+
+
+def read_order(folder: Path) -> np.ndarray | None:
+    """``order.npy`` of the entry ``folder`` (1-D integers), or ``None`` when it is missing, damaged or anything
+    else; an object array in it is refused by numpy without unpickling (``allow_pickle=False``)."""
+    try:
+        order = np.load(folder / "order.npy", allow_pickle=False)
+    except (OSError, ValueError, EOFError):
+        return None
+    return order if order.ndim == 1 and np.issubdtype(order.dtype, np.integer) else None
+
+
+def rebuild(folder: Path, layout: Layout, order: np.ndarray, meta: dict) -> None:
+    """Under the entry's lock, build ``folder`` again unless another process already has (its rows recomputed)."""
+    try:
+        lock = FileLock(lock_path(folder))
+        lock.acquire()
+    except OSError as exc:
+        raise cache_error(folder, exc, "create") from None
+    try:
+        if read_order(folder) is None:
+            create(folder, layout, order, meta)
+    finally:
+        lock.release()

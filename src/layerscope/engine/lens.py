@@ -3,6 +3,7 @@
     norm = final_norm(lm)                        # the module mapping the last block's output to the head's input
     sums = LensSums()
     lens_batch(lm, states, batch, sums)          # states: {layer: (B, T, d)}, layer n_layers required
+    lens_batch(lm, states, batch, sums, scored=scored_tokens(ids, batch.index).to(device))   # no host sync
     ...                                          # more batches into the same sums
     sums.layers                                  # [0, 4, ..., n_layers], ascending
     sums.means()["lens_kl"]                      # (len(layers),) float64, token-weighted over every scored token
@@ -13,28 +14,29 @@ were the last one: ``logits_l = transform(head(final_norm(h_l)))``, and compares
 model's real one (hidden state ``n_layers``, already normed) on each scored token: token ``t + 1`` is scored
 from position ``t`` when both are real, as :func:`~.pooling.token_nll` does. Per layer it accumulates the
 cross-entropy of the true next token, the lens entropy, KL(final || lens) and how often the lens's top token
-is the model's. The logits are made on the scored tokens only, a chunk of tokens at a time, so no
-(tokens x vocab) array larger than one chunk (per layer) ever exists.
+is the model's. The logits are made on the scored tokens only, in the model's dtype, a chunk of (token, layer)
+rows at a time (several layers of the same tokens in one matrix product), so no (rows x vocab) float32 array
+larger than one chunk ever exists; each chunk's numbers come from :mod:`.lens_rows` in float32 and every sum
+stays on the device (read once, by :meth:`LensSums.means` or the atlas's per-batch copy).
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..errors import ExtractionError
 from ..models.info import decoder_layers, input_device, probe_ids
 from ..models.load import LoadedModel
 from .batching import Batch
 from .head import CHUNK_BYTES, transform
+from .lens_rows import METRICS, FinalTerms, Scored, final_terms, final_values, lens_values, scored_tokens
 
-METRICS = ("lens_ce", "lens_entropy", "lens_kl", "lens_top1_agree")
-"""What :meth:`LensSums.means` returns per layer."""
+__all__ = ["METRICS", "FinalTerms", "LensSums", "Scored", "final_norm", "final_terms", "layer_logits", "lens_batch",
+           "scored_positions", "scored_tokens"]
 
 NORM_SUFFIXES = ("Norm",)
 """Class-name endings of a final norm as transformers names them (``LayerNorm``, ``LlamaRMSNorm``, ...)."""
@@ -121,53 +123,33 @@ def _find_final_norm(lm: LoadedModel) -> torch.nn.Module:
                           "transformers whose final norm is such a module")
 
 
-@dataclass(frozen=True)
-class FinalTerms:
-    """What every layer's lens metrics need of the final logits (N, vocab), computed once per chunk."""
-
-    log_p: torch.Tensor
-    """(N, vocab) float32 log-softmax."""
-    p: torch.Tensor
-    """(N, vocab) its probabilities."""
-    neg_entropy: torch.Tensor
-    """(N,) sum p log p (0 log 0 = 0)."""
-    top: torch.Tensor
-    """(N,) the argmax token."""
-
-
-def final_terms(final_logits: torch.Tensor) -> FinalTerms:
-    """``terms = final_terms(final_logits)``: the :class:`FinalTerms` of (N, vocab) final logits."""
-    log_p = F.log_softmax(final_logits.float(), dim=-1)
-    p = log_p.exp()
-    neg_entropy = torch.where(p > 0, p * log_p, 0.0).sum(dim=-1)  # as the cross term below: KL(final || final) = 0
-    return FinalTerms(log_p=log_p, p=p, neg_entropy=neg_entropy, top=log_p.argmax(dim=-1))
-
-
 class LensSums:
-    """Running float64 sums of the logit-lens metrics per layer, over chunks of scored tokens (baukit style).
+    """Running float64 sums of the logit-lens metrics per layer, on the device, over chunks of scored tokens.
 
-        sums = LensSums()
+        sums = LensSums()                        # LensSums(n_texts): also per text (the atlas)
         sums.update(layer, lens_logits, final_logits, targets)   # (N, vocab), (N, vocab), (N,) for N tokens
+        sums.add(layers, values, texts, kept)    # (G, N, 4) rows of .lens_rows.lens_values for G layers at once
         sums.means()            # {"lens_ce": (L,), "lens_entropy": (L,), "lens_kl": (L,), "lens_top1_agree": (L,)}
         sums.layers, sums.tokens  # the L layers (ascending) the means are ordered by, {layer: tokens seen}
 
-    Each chunk is taken in float32 (``log_softmax`` of the logits); per-token values are summed in float64.
     ``lens_ce``: -log p_lens(true next token); ``lens_entropy``: -sum p_lens log p_lens; ``lens_kl``:
     KL(final || lens) = sum p_final (log p_final - log p_lens); ``lens_top1_agree``: 1 where the lens's argmax
-    is the final argmax. A term with probability 0 counts 0 (no NaN from a logit of -inf).
+    is the final argmax (:mod:`.lens_rows`: float32 log-softmax per token, summed in float64). A probability that
+    underflows to 0 counts 0 (the logits are finite: the atlas checks its states first). Nothing is read back to
+    the host before :meth:`means`.
     """
 
     def __init__(self, n_texts: int | None = None):
-        self._sums: dict[int, torch.Tensor] = {}
         self.tokens: dict[int, int] = {}
         self.n_texts = n_texts
         self.per_text: dict[int, torch.Tensor] = {}
-        """With ``n_texts``: {layer: (2, n_texts, 5) float64}: per text, the sums of the 4 metrics and the count of
-        its scored tokens, over every scored token (``[0]``) and over those marked ``kept`` (``[1]``)."""
+        """{layer: (2, n_texts, 5) float64}: per text, the sums of the 4 metrics and the count of its scored tokens,
+        over every scored token (``[0]``) and over those marked ``kept`` (``[1]``); without ``n_texts`` one row
+        (index 0) holds every token."""
 
     @property
     def layers(self) -> list[int]:
-        return sorted(self._sums)
+        return sorted(self.per_text)
 
     @torch.inference_mode()
     def update(self, layer: int, lens_logits: torch.Tensor, final_logits: torch.Tensor | FinalTerms,
@@ -177,42 +159,43 @@ class LensSums:
         With ``n_texts`` set, ``texts`` (N,) says which text each token belongs to (0..n_texts-1) and ``kept`` (N,)
         bool which tokens count in the second per-text set (:attr:`per_text`)."""
         final = final_logits if isinstance(final_logits, FinalTerms) else final_terms(final_logits)
-        if lens_logits.shape != final.log_p.shape or lens_logits.shape[:1] != targets.shape:
-            raise ValueError(f"lens logits {tuple(lens_logits.shape)}, final logits {tuple(final.log_p.shape)} "
+        if lens_logits.shape != final.p.shape or lens_logits.shape[:1] != targets.shape:
+            raise ValueError(f"lens logits {tuple(lens_logits.shape)}, final logits {tuple(final.p.shape)} "
                              f"and targets {tuple(targets.shape)} must be (N, vocab), (N, vocab), (N,)")
-        lens = F.log_softmax(lens_logits.float(), dim=-1)
-        targets = targets.to(lens.device)
-        ce = -lens.gather(1, targets[:, None]).squeeze(1)
-        entropy = torch.special.entr(lens.exp()).sum(dim=-1)  # -p log p, 0 where p = 0
-        cross = torch.where(final.p > 0, final.p * lens, 0.0).sum(dim=-1)  # sum p_final log p_lens
-        kl = final.neg_entropy - cross  # sum p_final (log p_final - log p_lens)
-        agree = lens.argmax(dim=-1) == final.top
-        chunk = torch.stack([ce.double().sum(), entropy.double().sum(), kl.double().sum(), agree.double().sum()])
-        if layer not in self._sums:
-            self._sums[layer] = torch.zeros(len(METRICS), dtype=torch.float64, device=chunk.device)
-            self.tokens[layer] = 0
-        self._sums[layer] += chunk.to(self._sums[layer].device)
-        self.tokens[layer] += len(targets)
-        if self.n_texts is not None and texts is not None:
-            values = torch.stack([ce.double(), entropy.double(), kl.double(), agree.double(),
-                                  torch.ones_like(ce, dtype=torch.float64)], dim=1)  # (N, 5)
-            if layer not in self.per_text:
-                self.per_text[layer] = torch.zeros(2, self.n_texts, 5, dtype=torch.float64, device=values.device)
-            texts = texts.to(values.device)
-            self.per_text[layer][0].index_add_(0, texts, values)
+        values = lens_values(lens_logits[None], final, targets.to(lens_logits.device))
+        self.add([layer], values, texts, kept)
+
+    def add(self, layers: list[int], values: torch.Tensor, texts: torch.Tensor | None = None,
+            kept: torch.Tensor | None = None) -> None:
+        """Add ``values`` (G, N, 4) float64 of ``layers`` (G of them) for the same ``N`` tokens: ``texts`` (N,) their
+        texts (with ``n_texts``), ``kept`` (N,) bool the tokens of the second per-text set."""
+        rows = torch.cat([values, torch.ones_like(values[..., :1])], dim=-1)  # (G, N, 5): the count last
+        for g, layer in enumerate(layers):
+            table = self._table(layer, rows.device)
+            self.tokens[layer] += rows.shape[1]
+            if self.n_texts is None or texts is None:
+                table[0, 0] += rows[g].sum(dim=0)
+                continue
+            texts = texts.to(rows.device)
+            table[0].index_add_(0, texts, rows[g])
             if kept is not None:
-                kept = kept.to(values.device)
-                self.per_text[layer][1].index_add_(0, texts[kept], values[kept])
+                table[1].index_add_(0, texts, torch.where(kept.to(rows.device)[:, None], rows[g], 0.0))
+
+    def _table(self, layer: int, device: torch.device) -> torch.Tensor:
+        if layer not in self.per_text:
+            self.per_text[layer] = torch.zeros(2, self.n_texts or 1, 5, dtype=torch.float64, device=device)
+            self.tokens[layer] = 0
+        return self.per_text[layer]
 
     def means(self) -> dict[str, np.ndarray]:
-        """{metric: (L,) float64} per layer of :attr:`layers`, each the mean over every token seen there."""
+        """{metric: (L,) float64} per layer of :attr:`layers`, each the mean over every token seen there (one copy
+        to the host)."""
         layers = self.layers
         if not layers:
             return {name: np.zeros(0) for name in METRICS}
-        totals = np.stack([self._sums[layer].cpu().numpy() for layer in layers])  # (L, 4)
-        counts = np.array([self.tokens[layer] for layer in layers], dtype=np.float64)
+        totals = torch.stack([self.per_text[layer][0].sum(dim=0) for layer in layers]).cpu().numpy()  # (L, 5)
         with np.errstate(invalid="ignore", divide="ignore"):
-            means = totals / counts[:, None]  # 0 / 0 = NaN for a layer with no token
+            means = totals[:, :4] / totals[:, 4:]  # 0 / 0 = NaN for a layer with no token
         return {name: means[:, i] for i, name in enumerate(METRICS)}
 
 
@@ -236,26 +219,22 @@ def layer_logits(lm: LoadedModel, layer: int, hidden: torch.Tensor, *, head: tor
 
 def scored_positions(batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``rows, cols, targets = scored_positions(batch)``: (N,) each; token ``cols + 1`` of text ``rows`` is
-    scored from position ``cols`` (both real tokens), its id is ``targets``."""
+    scored from position ``cols`` (both real tokens), its id is ``targets``. ``nonzero`` on the batch's device (a
+    host sync off the CPU): :func:`scored_tokens` finds the same positions on the host."""
     real = batch.attention_mask.bool()
     scored = real[:, 1:] & real[:, :-1]  # (B, T-1): position t predicts t + 1
     rows, cols = scored.nonzero(as_tuple=True)
     return rows, cols, batch.input_ids[rows, cols + 1]
 
 
-@torch.inference_mode()
-def lens_batch(lm: LoadedModel, states: Mapping[int, torch.Tensor], batch: Batch, sums: LensSums,
-               chunk_tokens: int | None = None, kept: torch.Tensor | None = None) -> None:
-    """``lens_batch(lm, {0: h0, 6: h6, n_layers: h_n}, batch, sums)``: add one batch's logit-lens metrics to ``sums``.
+def _scored(batch: Batch, device: torch.device) -> Scored:
+    rows, cols, targets = scored_positions(batch.to(device))
+    texts = torch.as_tensor(np.asarray(batch.index), dtype=torch.long)[rows.cpu()].to(device)
+    return Scored(rows=rows, cols=cols, targets=targets, texts=texts)
 
-    ``states``: {layer: (B, T, d)} hidden states as :func:`~.capture.capture_states` hands them over (layer
-    ``l < n_layers``: the input of decoder block ``l``, before the final norm, which is applied here;
-    ``n_layers``: the head's input, already normed, required: it gives the final logits). The lens logits are
-    ``transform(lm, head(final_norm(h)))`` (nostalgebraist 2020, "interpreting GPT: the logit lens"), made on
-    the scored tokens of ``batch`` only, ``chunk_tokens`` tokens at a time (default: as many as fit float32
-    logits of ``CHUNK_BYTES``). Per-text sums (``LensSums(n_texts)``) go to ``batch.index``'s texts; ``kept``
-    (B, T) bool marks the predicting positions that count in the second per-text set.
-    """
+
+def _check_states(lm: LoadedModel, states: Mapping[int, torch.Tensor]) -> torch.nn.Module:
+    """The model's head, after checking ``states`` holds layer ``n_layers`` and only layers 0..n_layers."""
     n_layers = lm.info.n_layers
     if n_layers not in states:
         raise ValueError(f"lens_batch needs hidden state {n_layers} (the head's input) in states for the final "
@@ -267,23 +246,52 @@ def lens_batch(lm: LoadedModel, states: Mapping[int, torch.Tensor], batch: Batch
     if head is None:
         raise ExtractionError(f"model {lm.info.name} has no output head (get_output_embeddings() is None), so the "
                               "logit lens cannot read its layers; layerscope supports decoder-only causal LMs")
+    return head
+
+
+@torch.inference_mode()
+def lens_batch(lm: LoadedModel, states: Mapping[int, torch.Tensor], batch: Batch, sums: LensSums,
+               chunk_tokens: int | None = None, kept: torch.Tensor | None = None,
+               scored: Scored | None = None) -> None:
+    """``lens_batch(lm, {0: h0, 6: h6, n_layers: h_n}, batch, sums)``: add one batch's logit-lens metrics to ``sums``.
+
+    ``states``: {layer: (B, T, d)} hidden states as :func:`~.capture.capture_states` hands them over (layer
+    ``l < n_layers``: the input of decoder block ``l``, before the final norm, which is applied here;
+    ``n_layers``: the head's input, already normed, required: it gives the final logits). The lens logits are
+    ``transform(lm, head(final_norm(h)))`` (nostalgebraist 2020, "interpreting GPT: the logit lens") in the
+    model's dtype, made on the scored tokens of ``batch`` only: ``chunk_tokens`` tokens at a time (default: as
+    many as fit float32 logits of ``CHUNK_BYTES``), and for each such chunk as many layers in one matrix product as
+    fit the same bytes. Per-text sums (``LensSums(n_texts)``) go to ``batch.index``'s texts; ``kept`` (B, T) bool
+    marks the predicting positions that count in the second per-text set. ``scored``: the batch's
+    :func:`scored_tokens` already on the head's device (else found by ``nonzero``, a host sync off the CPU).
+    """
+    head = _check_states(lm, states)
+    n_layers = lm.info.n_layers
     norm = final_norm(lm) if any(layer < n_layers for layer in states) else None
     device = head.weight.device
-    rows, cols, targets = scored_positions(batch.to(device))
-    step = chunk_tokens or max(1, CHUNK_BYTES // (4 * head.weight.shape[0]))
-    layers = sorted(states)
+    scored = scored if scored is not None else _scored(batch, device)
+    vocab = head.weight.shape[0]
+    rows_per_chunk = max(1, CHUNK_BYTES // (4 * vocab))
+    step = max(1, min(chunk_tokens or rows_per_chunk, rows_per_chunk))
+    group = max(1, rows_per_chunk // step)  # layers per matrix product
+    layers = sorted(layer for layer in states if layer != n_layers)
+    n = len(scored.rows)
+    values = torch.empty(len(layers) + 1, n, 4, dtype=torch.float64, device=device)  # layers, then n_layers
+    for s in range(0, n, step):
+        r, c, t = scored.rows[s : s + step], scored.cols[s : s + step], scored.targets[s : s + step]
+        final_logits = layer_logits(lm, n_layers, _rows(states[n_layers], r, c), head=head)
+        final = final_terms(final_logits)
+        values[-1, s : s + step] = final_values(final, t)
+        del final_logits
+        for g in range(0, len(layers), group):
+            chosen = layers[g : g + group]
+            h = torch.stack([_rows(states[layer], r, c) for layer in chosen])  # (G, chunk, d)
+            logits = layer_logits(lm, chosen[0], h, head=head, norm=norm)  # (G, chunk, vocab), the model's dtype
+            values[g : g + len(chosen), s : s + step] = lens_values(logits, final, t)
+    keep = kept.to(device)[scored.rows, scored.cols] if kept is not None else None
+    sums.add([*layers, n_layers], values, scored.texts, keep)
 
-    def logits(layer: int, r: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-        state = states[layer]
-        h = state[r.to(state.device), c.to(state.device)].to(device)  # (chunk, d)
-        return layer_logits(lm, layer, h, head=head, norm=norm)
 
-    texts = torch.as_tensor(batch.index, dtype=torch.long, device=device)[rows]  # (N,) each token's text
-    keep = kept.to(device)[rows, cols] if kept is not None else None
-    for s in range(0, len(rows), step):
-        r, c, t = rows[s : s + step], cols[s : s + step], targets[s : s + step]
-        final = logits(n_layers, r, c)
-        terms = final_terms(final)
-        k = keep[s : s + step] if keep is not None else None
-        for layer in layers:
-            sums.update(layer, final if layer == n_layers else logits(layer, r, c), terms, t, texts[s : s + step], k)
+def _rows(state: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """(N, d) the states of ``state`` (B, T, d) at (``rows``, ``cols``), gathered on the state's device."""
+    return state[rows.to(state.device), cols.to(state.device)]

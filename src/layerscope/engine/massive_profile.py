@@ -17,7 +17,9 @@ class carries the top (the start token, the first delimiter, any other token) an
 and, per position class, the mean over texts of that class's largest |activation| / the text's median.
 The |activations| are compared in the states' own precision (float32 at least, so a bfloat16 model's values
 are exact); the ratios are computed in float64. Each :meth:`MassiveProfile.update` is one set of tensor
-operations on the whole (B, T, d) batch, on the states' device, and one copy of a (B, 10) table to the CPU.
+operations on the whole (B, T, d) batch, on the states' device (:func:`text_table`, no host sync), and one copy
+of a (B, 10) table to the CPU; a caller that reads several layers' tables in one copy hands each to
+:meth:`MassiveProfile.add_table`.
 """
 
 from __future__ import annotations
@@ -64,13 +66,12 @@ def position_class(batch: Batch, delimiters: frozenset[int]) -> torch.Tensor:
     first = batch.first.to(ids.device)[:, None]
     lookup = torch.tensor(sorted(delimiters), dtype=ids.dtype, device=ids.device)
     candidate = real & (columns > first) & torch.isin(ids, lookup)
+    at = candidate.int().argmax(dim=1, keepdim=True)  # (B, 1) the first True; 0 (the start) where there is none
+    first_delimiter = torch.zeros_like(candidate).scatter_(1, at, candidate.any(dim=1, keepdim=True))
     classes = torch.full(ids.shape, 2, dtype=torch.int8, device=ids.device)
-    has = candidate.any(dim=1)
-    rows = has.nonzero(as_tuple=True)[0]
-    classes[rows, candidate[rows].int().argmax(dim=1)] = 1  # argmax: the first True
-    classes[columns == first] = 0
-    classes[~real] = -1
-    return classes
+    classes.masked_fill_(first_delimiter, 1)  # masked_fill, not mask indexing: no host sync off the CPU
+    classes.masked_fill_(columns == first, 0)
+    return classes.masked_fill_(~real, -1)
 
 
 def _empty_text(text) -> ExtractionError:
@@ -78,11 +79,11 @@ def _empty_text(text) -> ExtractionError:
 
 
 RATIO, CLASS_RATIO, HAS_CLASS, TOP_CLASS, TOP_DIM, TOKENS = 0, slice(1, 4), slice(4, 7), 7, 8, 9
-"""Columns of :func:`_per_text`'s (B, 10) table."""
+"""Columns of :func:`text_table`'s (B, 10) table."""
 
 
-def _per_text(hidden: torch.Tensor, real: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
-    """``table = _per_text(hidden, real, classes)``: (B, 10) float64 on ``hidden``'s device, one row per text:
+def text_table(hidden: torch.Tensor, real: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+    """``table = text_table(hidden, real, classes)``: (B, 10) float64 on ``hidden``'s device, one row per text:
     top / median, each class's largest |activation| / median (3; meaningless where the text lacks the class),
     whether the text has each class (3; 0 or 1), the class code and the dimension of the top, the text's real
     tokens (columns named by :data:`RATIO` ... :data:`TOKENS`). ``hidden`` (B, T, d) with T, d > 0, ``real``
@@ -215,20 +216,21 @@ class MassiveProfile:
                 f"attention mask {tuple(real.shape)} disagree; pass hidden (B, T, d) and classes (B, T) "
                 "of this batch"
             )
-        stats = self._layers.setdefault(int(layer), _LayerStats())
         if hidden.shape[0] == 0:
+            self._layers.setdefault(int(layer), _LayerStats())
             return
         if hidden.shape[1] == 0:
             raise _empty_text(batch.index[0])
-        table = _per_text(hidden, real, classes).cpu().numpy()  # (B, 10): the one copy to the CPU
+        self.add_table(layer, text_table(hidden, real, classes).cpu().numpy(), batch.index)  # the one copy
+
+    def add_table(self, layer: int, table: np.ndarray, texts: np.ndarray) -> None:
+        """Add the texts ``texts`` (B,) (the caller's indices) of :func:`text_table`'s ``table`` (B, 10), read to the
+        host, at ``layer``, in row order: what :meth:`update` does once the table is on the host (the atlas reads
+        every layer's table of a batch in one copy)."""
+        stats = self._layers.setdefault(int(layer), _LayerStats())
         empty = np.flatnonzero(table[:, TOKENS] == 0)
         if len(empty):
-            raise _empty_text(batch.index[empty[0]])
-        self._add(stats, table, batch.index)
-
-    @staticmethod
-    def _add(stats: _LayerStats, table: np.ndarray, texts: np.ndarray) -> None:
-        """Add the texts ``texts`` (B,) of :func:`_per_text`'s ``table`` (B, 10) to ``stats``, in row order."""
+            raise _empty_text(texts[empty[0]])
         has = table[:, HAS_CLASS] == 1
         stats.ratios.extend(table[:, RATIO].tolist())
         stats.texts.extend(np.asarray(texts).tolist())

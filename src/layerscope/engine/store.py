@@ -40,13 +40,12 @@ Reading never holds more than one layer's block.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -58,8 +57,21 @@ from ..errors import CacheError, DiskFullError, ExtractionError, spelled
 from ..io import atomic_write_bytes
 from ..paths import cache_error
 from . import journal
-from .entry import STALE_TEMP_S, Layout, create, data_offset, entry_state, lock_path, remove_stale, repair
-from .layers import LayerSource, LayerStack
+from .entry import (
+    STALE_TEMP_S,
+    Layout,
+    create,
+    data_offset,
+    entry_state,
+    json_copy,
+    lock_path,
+    read_order,
+    rebuild,
+    remove_stale,
+    repair,
+)
+from .layers import LayerStack
+from .store_views import RowArrays, StoreSource
 
 __all__ = ["STALE_TEMP_S", "LayerStore", "Layout", "RowArrays", "StoreSource"]
 
@@ -118,7 +130,7 @@ class LayerStore:
         on_disk = read_order(folder)
         if on_disk is None:  # a damaged order.npy (or one holding pickled objects, never unpickled): build again
             log.warning("%s is unreadable; building the cache entry again", folder / "order.npy")
-            _rebuild(folder, layout, order, meta)
+            rebuild(folder, layout, order, meta)
             on_disk = np.asarray(order, dtype=np.int64)
         store = cls(folder, layout, on_disk)
         if not np.array_equal(store.order, order):
@@ -363,53 +375,12 @@ class LayerStore:
         return out
 
 
-def json_copy(meta: dict) -> dict:
-    """``meta`` as it reads back from JSON (tuples become lists), to compare with a ``meta.json`` on disk."""
-    return json.loads(json.dumps(meta))
-
-
 def _pwrite_all(fd: int, chunk: np.ndarray, offset: int) -> None:
     """Write the C-contiguous ``chunk`` at ``offset`` from its own buffer, however many calls the kernel needs."""
     view = memoryview(chunk).cast("B")
     while view:
         written = os.pwrite(fd, view, offset)
         view, offset = view[written:], offset + written
-
-
-class StoreSource(LayerSource):
-    """One pooling of a :class:`LayerStore`, for a :class:`LayerStack`; keeps the last layer it read."""
-
-    def __init__(self, store: LayerStore, pooling: str):
-        self.store, self.pooling = store, pooling
-        layout = store.layout
-        self.n_texts, self.n_states, self.d, self.layers = layout.n_texts, layout.n_states, layout.d, layout.layers
-        self._slot = {k: i for i, k in enumerate(layout.layers)}
-        self._last: tuple[int, np.ndarray] | None = None
-
-    def read(self, layer: int) -> np.ndarray:
-        layer = self.check_layer(layer)
-        if self._last is None or self._last[0] != layer:
-            self._last = (layer, self.store.read_layer(self.pooling, self._slot[layer]))
-        return self._last[1]
-
-    def __getstate__(self):
-        return {**self.__dict__, "_last": None}
-
-
-class RowArrays(Mapping):
-    """A read-only mapping whose values are read from a :class:`LayerStore` when asked for, not kept."""
-
-    def __init__(self, store: LayerStore, keys: dict[str, str]):
-        self.store, self.keys = store, keys
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.store.read_rows(self.keys[name])
-
-    def __iter__(self):
-        return iter(self.keys)
-
-    def __len__(self) -> int:
-        return len(self.keys)
 
 
 def _read(path: Path, offset: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -421,29 +392,3 @@ def _read(path: Path, offset: int, shape: tuple[int, ...], dtype: str) -> np.nda
             raise CacheError(f"cache file {path} is shorter than its header says: remove its folder "
                              f"{path.parent} (it is recomputed)")
     return out
-
-
-
-
-def read_order(folder: Path) -> np.ndarray | None:
-    """``order.npy`` of the entry ``folder`` (1-D integers), or ``None`` when it is missing, damaged or anything
-    else; an object array in it is refused by numpy without unpickling (``allow_pickle=False``)."""
-    try:
-        order = np.load(folder / "order.npy", allow_pickle=False)
-    except (OSError, ValueError, EOFError):
-        return None
-    return order if order.ndim == 1 and np.issubdtype(order.dtype, np.integer) else None
-
-
-def _rebuild(folder: Path, layout: Layout, order: np.ndarray, meta: dict) -> None:
-    """Under the entry's lock, build ``folder`` again unless another process already has (its rows recomputed)."""
-    try:
-        lock = FileLock(lock_path(folder))
-        lock.acquire()
-    except OSError as exc:
-        raise cache_error(folder, exc, "create") from None
-    try:
-        if read_order(folder) is None:
-            create(folder, layout, order, meta)
-    finally:
-        lock.release()
