@@ -189,15 +189,19 @@ def bench_model(name: str, config, device: torch.device, tokenizer, texts: list[
     budget = memory_budget(lm.model, lm.info.vocab_size, 0)
     kwargs = {"poolings": poolings, "max_length": MAX_TOKENS, "progress": False}
 
-    def run_extract(cache) -> tuple[float, int]:
+    def run_extract(cache, **more) -> tuple[float, int]:
         folder = tempfile.mkdtemp(prefix="layerscope-gpu-") if cache else None
         try:
             reset_peak(device)
             sync(device)
             t0 = time.perf_counter()
-            acts = extract(lm, texts, cache=folder or False, **kwargs)
+            acts = extract(lm, texts, cache=folder or False, **kwargs, **more)
             sync(device)
             seconds = time.perf_counter() - t0
+            st = acts.stats
+            print(f"  extract{' +cache' if cache else ''} {more or ''}: {seconds * 1e3:.0f} ms, {st.batches} batches, "
+                  f"waited for the store {st.store_wait_s * 1e3:.0f} ms, writer busy {st.store_write_s * 1e3:.0f} ms",
+                  file=sys.stderr, flush=True)
             return seconds, acts.stats.batches
         finally:
             if folder:
@@ -213,7 +217,7 @@ def bench_model(name: str, config, device: torch.device, tokenizer, texts: list[
     run_extract(False)  # warm-up: kernels, allocator
     for size in RAW_BATCH_SIZES:
         run_raw(size)
-    plain, cached = Timing(), Timing()
+    plain, cached, half = Timing(), Timing(), Timing()
     raw = {size: Timing() for size in RAW_BATCH_SIZES}
     batches = 0
     for _ in range(repeats):
@@ -221,10 +225,14 @@ def bench_model(name: str, config, device: torch.device, tokenizer, texts: list[
         plain.add(seconds, peak_gib(device))
         seconds, _ = run_extract(True)
         cached.add(seconds, peak_gib(device))
+        seconds, _ = run_extract(False, store_dtype="float16")
+        half.add(seconds, peak_gib(device))
         for size in RAW_BATCH_SIZES:
             raw[size].add(run_raw(size), peak_gib(device))
     best = min(raw, key=lambda size: raw[size].seconds)
     n = len(texts)
+    print(f"  extract with a float16 store (half the bytes): {n / half.seconds:.1f} texts/s, "
+          f"{half.seconds / raw[best].seconds:.2f}x raw", file=sys.stderr)
     for size in RAW_BATCH_SIZES:
         print(f"  raw, {size:>3} texts per batch: {n / raw[size].seconds:8.1f} texts/s, "
               f"peak {raw[size].peak_gib:.1f} GiB", file=sys.stderr)
@@ -266,11 +274,25 @@ def profile_extract(lm, texts: list[str], poolings: tuple[str, ...]) -> str:
     lines = [f"extract of {len(texts)} texts in {batches} batches: {wall * 1e3:.0f} ms wall, "
              f"{kernel_us / 1e3:.0f} ms of GPU kernels ({kernel_us / 1e6 / wall:.0%} busy); per batch "
              f"{wall * 1e3 / batches:.1f} ms wall, {kernel_us / 1e3 / batches:.1f} ms kernels",
-             f"host waits (calls in the whole extract): {waits or 'none'}; copies: {copies}", "",
+             f"host waits (calls in the whole extract): {waits or 'none'}; copies: {copies}; the passes waited "
+             f"{acts.stats.store_wait_s * 1e3:.0f} ms for the store, whose writer was busy "
+             f"{acts.stats.store_write_s * 1e3:.0f} ms", "",
              "| op | CUDA time ms | calls |", "|---|---:|---:|"]
     top = sorted((e for e in events if e.self_device_time_total > 0), key=lambda e: -e.self_device_time_total)
-    for e in top[:10]:
+    for e in top[:14]:
         lines.append(f"| `{e.key[:60]}` | {e.self_device_time_total / 1e3:.1f} | {e.count} |")
+    from layerscope.engine.batching import tokenize
+
+    ids = tokenize(lm.tokenizer, texts, MAX_TOKENS)
+    size = -(-len(texts) // batches)  # the bare pass in batches as many texts as extract's
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        with torch.inference_mode():
+            raw_pass(lm, ids, size)
+        wall = time.perf_counter() - start
+    kernel_us = sum(e.self_device_time_total for e in prof.key_averages() if e.device_type.name == "CUDA")
+    lines += ["", f"the bare pass in batches of {size} under the same profiler: {wall * 1e3:.0f} ms wall, "
+              f"{kernel_us / 1e3:.0f} ms of GPU kernels ({kernel_us / 1e6 / wall:.0%} busy)"]
     return "\n".join(lines)
 
 

@@ -52,12 +52,37 @@ def bare_pass(lm, texts: list[str], max_length: int) -> int:
     return len(batches)
 
 
+def profile_atlas(lm, texts: list[str]) -> str:
+    """The atlas pass once under ``torch.profiler``: wall and kernel time, host waits, the top ops by CUDA time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from layerscope.engine.atlas import atlas_pass
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        atlas_pass(lm, texts, max_length=40, progress=False)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+    events = prof.key_averages()
+    kernel_us = sum(e.self_device_time_total for e in events if e.device_type.name == "CUDA")
+    waits = {e.key: e.count for e in events if "Synchronize" in e.key}
+    lines = [f"atlas pass under the profiler: {wall:.2f} s wall, {kernel_us / 1e6:.2f} s of kernels; host waits "
+             f"{waits}", "| op | CUDA ms | calls | CPU total ms |", "|---|---:|---:|---:|"]
+    top = sorted((e for e in events if e.self_device_time_total > 0), key=lambda e: -e.self_device_time_total)
+    for e in top[:16]:
+        lines.append(f"| `{e.key[:60]}` | {e.self_device_time_total / 1e3:.1f} | {e.count} | "
+                     f"{e.cpu_time_total / 1e3:.1f} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokenizer", default=None)
     parser.add_argument("--texts", type=int, default=460, help="texts for the atlas pass")
     parser.add_argument("--surgery-texts", type=int, default=64)
     parser.add_argument("--tiny-cpu", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="then the atlas pass once more under torch.profiler")
     args = parser.parse_args()
     if not args.tiny_cpu and not torch.cuda.is_available():
         print("gpu_checks.py needs a CUDA GPU (or --tiny-cpu)", file=sys.stderr)
@@ -84,6 +109,8 @@ def main() -> int:
     print(f"bare pass, {len(texts)} texts, {n_batches} batch(es): {bare:.2f} s, peak GPU {bare_peak:.1f} GiB")
     print(f"atlas pass, {len(texts)} texts, every layer: {seconds:.2f} s ({result.seconds}), peak GPU {peak:.1f} GiB")
     print(f"atlas pass / bare pass = {seconds / bare:.1f}x", flush=True)
+    if args.profile and device.type == "cuda":
+        print(profile_atlas(lm, texts), flush=True)
 
     n_layers = lm.info.n_layers
     ivs = ([Intervention.skip(b) for b in range(n_layers)] + [Intervention.repeat(b) for b in range(0, n_layers, 4)]

@@ -140,8 +140,8 @@ def test_opening_a_cached_entry_reads_no_stored_vector(tmp_path, monkeypatch):
     import layerscope.engine.store as store_module
 
     reads = []
-    real = store_module._read
-    monkeypatch.setattr(store_module, "_read", lambda path, *a: reads.append(path.name) or real(path, *a))
+    real = store_module.read_block
+    monkeypatch.setattr(store_module, "read_block", lambda path, *a: reads.append(path.name) or real(path, *a))
     again = extract(lm, tiny.TEXTS, batch_size=4, cache=tmp_path, progress=False)
     assert sorted(reads) == ["n_scored.npy", "n_tokens.npy", "nll_sum.npy"]  # extract reads only the NLLs
     again.pooled["mean"][:, 2]

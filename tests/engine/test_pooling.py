@@ -52,3 +52,28 @@ def test_token_nll_by_hand():
     assert n.tolist() == [2, 1]
     assert abs(nll_sum[0].item() - (lse2 - 2.0 + math.log(8))) < 1e-6
     assert abs(nll_sum[1].item() - (lse1 - 1.0)) < 1e-6
+
+
+def test_a_stack_of_layers_pools_like_a_loop_over_layers_and_tokens():
+    """pool() on (G, B, T, d): each layer's vectors equal a float64 loop over the masked tokens (NaN at padding in one
+    layer, inf at a real token in another, which makes only that text's mean NaN)."""
+    rng = np.random.default_rng(3)
+    b = collate([[BOS, 4, 5, 6], [7, 8], [9, 3, 2]], np.array([0, 1, 2]), pad_id=0, side="left")
+    real = b.attention_mask.bool().numpy()
+    states = rng.normal(size=(3, 3, 4, 5)).astype(np.float32)
+    states[0][~real] = np.nan
+    states[2, 2, -1, 1] = np.inf  # text 2's last token, layer 2
+    mask = mean_mask(b, BOS)
+    out = pool(torch.from_numpy(states), b, mask, ("mean", "last", "first"))
+    for g in range(3):
+        for i in range(3):
+            tokens = np.flatnonzero(mask[i].numpy())
+            want = states[g, i, tokens].astype(np.float64).mean(axis=0)
+            got = out["mean"][g, i].numpy()
+            if g == 2 and i == 2:
+                assert np.isnan(got).all()
+            else:
+                np.testing.assert_allclose(got, want, rtol=1e-6)
+            positions = np.flatnonzero(real[i])
+            np.testing.assert_array_equal(out["last"][g, i].numpy(), states[g, i, positions[-1]])
+            np.testing.assert_array_equal(out["first"][g, i].numpy(), states[g, i, positions[0]])

@@ -66,6 +66,11 @@ class ExtractStats:
     batches_computed: int
     batches_reused: int
     seconds: float
+    store_wait_s: float = 0.0
+    """Seconds the forward passes waited for the store (both pinned buffers still being written): above a few
+    percent of ``seconds``, the disk, not the model, sets the pace."""
+    store_write_s: float = 0.0
+    """Seconds the writer thread spent checking and writing batches, alongside the passes."""
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,8 @@ def extract(
     )
     healed = job.healed[0]
     stats = ExtractStats(batches=reused + computed, batches_computed=computed + healed,
-                         batches_reused=reused - healed, seconds=time.perf_counter() - start)
+                         batches_reused=reused - healed, seconds=time.perf_counter() - start,
+                         store_wait_s=job.store_times[0], store_write_s=job.store_times[1])
     log.info("extracted %d texts in %d batches (%d reused) in %.1fs", len(texts), stats.batches,
              stats.batches_reused, stats.seconds)
     return dataclasses.replace(acts, stats=stats)
@@ -139,6 +140,8 @@ class _Job:
     batch_size: int | None
     healed: list[int] = dataclasses.field(default_factory=lambda: [0])
     """[stored batches found damaged and computed again], shared with the store's healer."""
+    store_times: list[float] = dataclasses.field(default_factory=lambda: [0.0, 0.0])
+    """[seconds the passes waited for the writer, seconds it wrote] (:class:`.pipeline.Writer`)."""
 
     def compute(self, store: LayerStore, todo: np.ndarray, progress: bool | None = False,
                 on_batch: Callable[[int, int], None] | None = None, reused: int = 0) -> int:
@@ -171,6 +174,8 @@ class _Job:
                     if out is not None:  # None: out of memory, run again in halves
                         writer.put(a, index, out)
                 writer.planned_done()
+        self.store_times[0] += writer.waited
+        self.store_times[1] += writer.busy
         return len(ranges)
 
     def healer(self) -> Callable[[LayerStore, np.ndarray], None]:
@@ -257,34 +262,35 @@ def run_batch_packed(lm: LoadedModel, batch: Batch, settings: ExtractSettings, p
     n_layers = lm.info.n_layers
     slot = {k: i for i, k in enumerate(settings.layers)} | {PRE_NORM: len(settings.layers)}
     deferred = "mean_no_massive" in settings.poolings
-    now = tuple(p for p in settings.poolings if p != "mean_no_massive")
-    masks = pooling_masks(batch, lm.tokenizer.bos_token_id, settings.compat)
+    masks = pooling_masks(batch, lm.tokenizer.bos_token_id, settings.compat) if not deferred else None
     packed = torch.empty(packing.nbytes(len(host.index)), dtype=torch.uint8, device=device)
     vectors, scalars = packing.views(packed, len(host.index))  # (P, V, B, d) float32, (B, 4 + n_states) float64
     where = {p: i for i, p in enumerate(settings.poolings)}
     kept: dict[int | str, torch.Tensor] = {}
-    massive = torch.zeros_like(real)
 
     def on_state(key, hidden):
-        nonlocal massive
         hidden = hidden.to(device)
-        if deferred and (key == PRE_NORM or 1 <= key < n_layers):  # a decoder block's output
-            massive = massive | massive_mask(hidden, real)
-        if key in slot:
-            for p, vector in pool(hidden, batch, masks, now).items():
+        if deferred:  # every block output and stored state waits for the massive flags of all blocks
+            kept[key] = hidden
+        elif key in slot:
+            for p, vector in pool(hidden, batch, masks, settings.poolings).items():
                 vectors[where[p], slot[key]] = vector
-            if deferred:
-                kept[key] = hidden
 
     hooked = sorted(set(settings.layers) | (set(range(1, n_layers)) if deferred else set()))
     own_head = head_matches(lm, batch)
     with capture_states(lm, hooked, on_state), head_only_last(lm) if own_head else contextlib.nullcontext() as head:
         out = lm.model(**batch.model_inputs(), use_cache=False)
     if deferred:
+        group_bytes = GROUP_BYTES if device.type == "cuda" else 0
+        blocks = [kept[k] for k in kept if k == PRE_NORM or 1 <= k < n_layers]
+        massive = stacked_massive(blocks, real, group_bytes)
         masks = pooling_masks(batch, lm.tokenizer.bos_token_id, settings.compat, massive)
-        for key, hidden in kept.items():
-            vectors[where["mean_no_massive"], slot[key]] = pool(hidden, batch, masks, ("mean_no_massive",))[
-                "mean_no_massive"]
+        stored = sorted((k for k in kept if k in slot), key=slot.get)  # slots 0 .. V - 1 in order
+        for group in layer_groups(stored, kept[stored[0]], group_bytes):
+            first = slot[group[0]]
+            states = kept[group[0]][None] if len(group) == 1 else torch.stack([kept[k] for k in group])
+            for p, vector in pool(states, batch, masks, settings.poolings).items():
+                vectors[where[p], first : first + len(group)] = vector
         kept.clear()
     nll_sum, n_scored = head.nll(batch, host=host) if own_head else token_nll(out.logits, batch)
     del out, head
@@ -294,6 +300,31 @@ def run_batch_packed(lm: LoadedModel, batch: Batch, settings: ExtractSettings, p
     scalars[:, 3] = ~torch.isfinite(nll_sum)
     scalars[:, len(SCALARS):] = (~torch.isfinite(vectors).all(dim=-1)).any(dim=0).T  # (B, V) a slot not finite
     return packed
+
+
+GROUP_BYTES = 256 * 2**20
+"""On CUDA, most bytes of float32 token states (G layers x B x T x d x 4) pooled or tested in one stacked call after
+the pass, so the launches do not grow with the layers; on a CPU, where a state is best read while it is in the
+cache, one layer at a time."""
+
+
+def layer_groups(keys: list, state: torch.Tensor, group_bytes: int) -> Iterator[list]:
+    """Runs of ``keys`` whose states (each shaped like ``state``) are handled together: as many as fit
+    ``group_bytes`` in float32, at least one."""
+    size = max(1, group_bytes // (state.numel() * 4))
+    for i in range(0, len(keys), size):
+        yield keys[i : i + size]
+
+
+def stacked_massive(states: list[torch.Tensor], real: torch.Tensor, group_bytes: int = 0) -> torch.Tensor:
+    """(B, T) bool: :func:`.massive.massive_mask` at any of ``states`` (each (B, T, d)), a group of layers per call
+    (:func:`layer_groups`; their texts side by side, so each text's median is its own at each layer)."""
+    flags = torch.zeros_like(real)
+    B = real.shape[0]
+    for group in layer_groups(list(range(len(states))), states[0], group_bytes) if states else ():
+        stack = states[group[0]] if len(group) == 1 else torch.cat([states[i] for i in group])  # (G * B, T, d)
+        flags |= massive_mask(stack, real.repeat(len(group), 1)).view(len(group), B, -1).any(dim=0)
+    return flags
 
 
 def run_batch(lm: LoadedModel, batch: Batch, settings: ExtractSettings,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -103,6 +104,11 @@ class Writer:
         self.store, self.packing, self.check, self.on_stored = store, packing, check, on_stored
         self.cuda = device.type == "cuda"
         self.error: BaseException | None = None
+        self.waited = 0.0
+        """Seconds the main thread waited for the writer (a free buffer or a queue place in :meth:`put`, the last
+        writes when the block ends): the store held the passes up."""
+        self.busy = 0.0
+        """Seconds the writer thread spent checking and writing batches (not waiting for copies)."""
         self._queue: queue.Queue = queue.Queue(maxsize=SLOTS - 1)
         self._free: queue.Queue = queue.Queue()
         if self.cuda:
@@ -117,8 +123,10 @@ class Writer:
         return self
 
     def __exit__(self, *exc) -> None:
+        began = time.perf_counter()
         self._queue.put(None)
         self._thread.join()
+        self.waited += time.perf_counter() - began
         if exc[0] is None and self.error is not None:
             raise self.error
 
@@ -126,10 +134,13 @@ class Writer:
         """Hand over rows ``[start, start + len(index))`` (caller positions ``index``), packed in ``out``."""
         self._raise()
         rows = len(index)
+        began = time.perf_counter()
         if not self.cuda:
             self._queue.put((start, index, out.numpy(), None, None))
+            self.waited += time.perf_counter() - began
             return
         pinned, host = self._free.get()
+        self.waited += time.perf_counter() - began
         self._raise()
         self._stream.wait_stream(torch.cuda.current_stream(out.device))
         with torch.cuda.stream(self._stream):
@@ -163,8 +174,10 @@ class Writer:
                 if done is not None:
                     done.synchronize()
                 rows = len(index)
+                began = time.perf_counter()
                 self.check(index, *self.packing.flags(host, rows))
                 self.store.write(start, self.packing.arrays(host, rows))
+                self.busy += time.perf_counter() - began
                 if slot is not None:
                     self._free.put(slot)
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread

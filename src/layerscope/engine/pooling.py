@@ -12,6 +12,7 @@ whatever the model computes there (even NaN) cannot leak into a result.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -77,15 +78,16 @@ def pooling_masks(batch: Batch, bos_token_id: int | None, compat: str | None = N
 
 def pool(hidden: torch.Tensor, batch: Batch, masks: torch.Tensor | dict[str, torch.Tensor],
          poolings: Sequence[str]) -> dict[str, torch.Tensor]:
-    """Pool one layer's ``hidden`` (B, T, d) into {pooling: (B, d) float32}. ``masks``: the (B, T) ``mean`` mask,
-    or {pooling: mask} for every mean-type pooling asked for (from :func:`pooling_masks`).
+    """Pool ``hidden`` (..., B, T, d), one layer's states or a stack of layers (G, B, T, d), into {pooling:
+    (..., B, d) float32}. ``masks``: the (B, T) ``mean`` mask, or {pooling: mask} for every mean-type pooling
+    asked for (from :func:`pooling_masks`).
 
-    The mean-type poolings are one batched product (B, P, T) x (B, T, d) of 0/1 weights with the states in float32
-    (one float32 copy of the state, taken once for every pooling). A value outside a text's mask must not reach its
-    mean, not even as 0 x inf = NaN, so the product reads the states with every token whose values do not sum to a
-    finite number set to 0, and a mean that counts such a token is NaN: the same numbers as summing the selected
-    tokens, with no host sync (no data-dependent branch). (A token of finite values whose sum overflows float32,
-    beyond 1e34 per value, counts as non-finite.)"""
+    The mean-type poolings are one batched product (B, P, T) x (B, T, d) of 0/1 weights with the states,
+    accumulated in float32 (:func:`weighted_sums`: no float32 copy of 16-bit states on CUDA). A value outside a
+    text's mask must not reach its mean, not even as 0 x inf = NaN, so the product reads the states with every
+    token whose values do not sum to a finite number set to 0, and a mean that counts such a token is NaN: the
+    same numbers as summing the selected tokens, with no host sync (no data-dependent branch). (A token of finite
+    values whose sum overflows float32, beyond 1e34 per value, counts as non-finite.)"""
     masks = masks if isinstance(masks, dict) else {"mean": masks}
     means = [name for name in poolings if name in MEAN_POOLINGS]
     for name in means:
@@ -94,27 +96,49 @@ def pool(hidden: torch.Tensor, batch: Batch, masks: torch.Tensor | dict[str, tor
     for name in poolings:
         if name not in MEAN_POOLINGS and name not in ("last", "first"):
             raise ValueError(f"unknown pooling {name!r}")
-    rows = torch.arange(hidden.shape[0], device=hidden.device)
+    rows = torch.arange(hidden.shape[-3], device=hidden.device)
     out = {}
     if means:
-        bad = ~torch.isfinite(hidden.sum(dim=-1, dtype=torch.float32))[..., None]  # (B, T, 1)
-        if hidden.dtype == torch.float32:
-            clean = torch.where(bad, 0.0, hidden)  # (B, T, d) a new tensor: the model's own is never changed
-        else:
-            clean = hidden.float().masked_fill_(bad, 0.0)
-        chosen = torch.stack([masks[name] for name in means], dim=1).float()  # (B, P, T)
-        totals = torch.bmm(chosen, clean)  # (B, P, d)
+        bad = ~torch.isfinite(hidden.sum(dim=-1, dtype=torch.float32))[..., None]  # (..., B, T, 1)
+        clean = torch.where(bad, 0.0, hidden)  # a new tensor in the model's dtype: its own is never changed
+        chosen = torch.stack([masks[name] for name in means], dim=1)  # (B, P, T) bool
+        totals = weighted_sums(chosen, clean)  # (..., B, P, d) float32
         counts = chosen.sum(dim=2, keepdim=True)  # (B, P, 1)
-        broken = torch.bmm(chosen, bad.float())  # (B, P, 1): non-finite tokens each mean counts
+        broken = torch.matmul(chosen.float(), bad.float())  # (..., B, P, 1): non-finite tokens each mean counts
         totals = torch.where(broken > 0, torch.nan, totals)
         for i, name in enumerate(means):
-            out[name] = totals[:, i] / counts[:, i]  # 0/0 = NaN for a text with no token left
+            out[name] = totals[..., i, :] / counts[:, i]  # 0/0 = NaN for a text with no token left
     for name in poolings:
         if name == "last":
-            out[name] = hidden[rows, batch.last].float()
+            out[name] = hidden[..., rows, batch.last, :].float()
         elif name == "first":
-            out[name] = hidden[rows, batch.first].float()
+            out[name] = hidden[..., rows, batch.first, :].float()
     return {name: out[name] for name in poolings}
+
+
+def weighted_sums(weights: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+    """(..., B, P, d) float32: ``weights`` (B, P, T) (0/1, any dtype) times ``states`` (..., B, T, d), accumulated
+    in float32. 16-bit states on CUDA go straight into a float32-accumulating ``bmm`` (``out_dtype``); elsewhere
+    the states are read as float32 (no copy for a float32 model)."""
+    *lead, B, T, d = states.shape
+    P = weights.shape[1]
+    flat = states.reshape(-1, T, d)
+    w = weights.expand(*lead, B, P, T).reshape(-1, P, T)
+    if flat.is_cuda and flat.dtype in (torch.bfloat16, torch.float16) and _bmm_out_dtype():
+        out = torch.bmm(w.to(flat.dtype), flat, out_dtype=torch.float32)
+    else:
+        out = torch.bmm(w.float(), flat.float())
+    return out.view(*lead, B, P, d)
+
+
+@functools.cache
+def _bmm_out_dtype() -> bool:
+    """Whether this torch has the float32-accumulating 16-bit ``bmm`` on CUDA (``torch.bmm(..., out_dtype=)``)."""
+    try:
+        x = torch.zeros(1, 1, 1, dtype=torch.bfloat16, device="cuda")
+        return torch.bmm(x, x, out_dtype=torch.float32).dtype == torch.float32
+    except (TypeError, RuntimeError, NotImplementedError):
+        return False
 
 
 NLL_CHUNK_BYTES = 256 * 2**20

@@ -33,7 +33,7 @@ files that killed writers left, beside the entry and in it, and drops journal li
 or dtype make the entry be built again, and so does an ``order.npy`` that does not load as integers (``.npy``
 files are read with ``allow_pickle=False``: an object array planted in the cache is never unpickled). Something
 that is not a file where the store keeps one (a folder of the user's) is a ``CacheError``: the store never deletes
-it. A finite value too large for a float16 store is an ``ExtractionError``, raised before the batch is written.
+it. A finite value too large for a float16 store is an ``ExtractionError``, raised before the batch is journalled.
 Reading never holds more than one layer's block.
 """
 
@@ -46,7 +46,6 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
@@ -71,6 +70,7 @@ from .entry import (
     repair,
 )
 from .layers import LayerStack
+from .store_files import pwrite_all, read_block, writers
 from .store_views import RowArrays, StoreSource
 
 __all__ = ["STALE_TEMP_S", "LayerStore", "Layout", "RowArrays", "StoreSource"]
@@ -78,17 +78,6 @@ __all__ = ["STALE_TEMP_S", "LayerStore", "Layout", "RowArrays", "StoreSource"]
 log = logging.getLogger(__name__)
 
 FLOAT32_FIX = spelled("--store-dtype float32", "store_dtype='float32'")
-
-_WRITERS: dict[int, ThreadPoolExecutor] = {}
-"""Per process (a forked child gets its own): threads that write a batch's files side by side."""
-
-
-def _writers() -> ThreadPoolExecutor:
-    pid = os.getpid()
-    if pid not in _WRITERS:
-        _WRITERS[pid] = ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="layerscope-store")
-    return _WRITERS[pid]
-
 
 class LayerStore:
     """Layer-major arrays in one folder; see the module docstring. Build with :meth:`open` or :meth:`temporary`."""
@@ -209,16 +198,20 @@ class LayerStore:
         if set(arrays) != set(shapes):
             raise ValueError(f"a batch must hold exactly {sorted(shapes)}, got {sorted(arrays)}")
         stop = start + len(arrays["nll_sum"])
-        with np.errstate(over="ignore"):  # a float16 overflow is checked (and named) below
-            cast = {key: np.asarray(arrays[key], dtype=dtype) for key, (_, dtype) in shapes.items()}
-        if self.layout.store_dtype == "float16":
-            self._check_float16(start, arrays, cast)
-        keys = sorted(shapes, key=lambda k: -cast[k].nbytes)  # the big files first, each on a thread of its own
-        done = list(_writers().map(lambda key: self._write_file(key, start, stop, cast[key]), keys))
-        failed = next((result for result in done if isinstance(result, tuple)), None)
+        parts = self._parts(shapes)  # the big files' layers in pieces, each written (and cast) on a thread
+        done = list(writers().map(lambda part: self._write_part(*part, start, stop, arrays[part[0]]), parts))
+        failed = next((result for result, _ in done if isinstance(result, tuple)), None)
         if failed is not None:
             raise cache_error(*failed) from None
-        entry = journal.Entry(start, stop, dict(zip(keys, done, strict=True)))
+        if any(inf for _, inf in done):  # a float16 cast holds inf: ExtractionError if the cast made it
+            with np.errstate(over="ignore"):
+                self._check_float16(start, arrays, {key: np.asarray(arrays[key], dtype=dtype)
+                                                    for key, (_, dtype) in shapes.items()})
+        digests: dict[str, str] = {}
+        for (key, _, _), (result, _) in zip(parts, done, strict=True):
+            digests[key] = digests.get(key, "") + result  # the pieces are in layer order
+        keys = list(digests)
+        entry = journal.Entry(start, stop, {key: digests[key] for key in keys})
         path = self.folder / "journal.jsonl"
         try:
             with open(path, "a") as f:
@@ -227,21 +220,40 @@ class LayerStore:
             raise cache_error(path, exc) from None
         self._done = [e for e in self._done if e.stop <= start or e.start >= stop] + [entry]
 
-    def _write_file(self, key: str, start: int, stop: int, array: np.ndarray) -> str | tuple[Path, OSError]:
-        """Write ``key``'s rows ``[start, stop)`` from ``array``; their chunks' digests, or (path, error)."""
-        path = self.folder / f"{key}.npy"
+    def _parts(self, shapes: dict) -> list[tuple[str, int, int]]:
+        """``(key, first layer, last layer + 1)`` pieces of a batch's files, the big ones first: a layer-major
+        file in as many pieces as there are writer threads, the others whole."""
+        threads = writers()._max_workers
         parts = []
+        for key, (shape, _) in sorted(shapes.items(), key=lambda kv: -int(np.prod(kv[1][0]))):
+            n = shape[0] if len(shape) == 3 else 1
+            step = max(1, -(-n // threads)) if len(shape) == 3 else 1
+            parts += [(key, lo, min(n, lo + step)) for lo in range(0, n, step)]
+        return parts
+
+    def _write_part(self, key: str, lo: int, hi: int, start: int, stop: int,
+                    array: np.ndarray) -> tuple[str | tuple[Path, OSError], bool]:
+        """Write layers ``[lo, hi)`` (all of a file without layers) of ``key``'s rows ``[start, stop)`` from
+        ``array``, cast to the store's dtype here; (their chunks' digests or (path, error), whether the cast holds a
+        non-finite value)."""
+        path = self.folder / f"{key}.npy"
+        dtype = self.layout.shapes()[key][1]
+        layered = len(self.layout.shapes()[key][0]) == 3
+        with np.errstate(over="ignore"):  # a float16 overflow is checked (and named) by the caller
+            part = np.asarray(array[lo:hi] if layered else array, dtype=dtype)
+        inf = part.dtype == np.float16 and not np.isfinite(part).all()
+        digests = []
         try:
             fd = os.open(path, os.O_WRONLY)
             try:
-                for offset, chunk in self._chunks(key, start, stop, array):
-                    _pwrite_all(fd, chunk, offset)
-                    parts.append(journal.digest(chunk))
+                for offset, chunk in self._chunks(key, start, stop, part, lo):
+                    pwrite_all(fd, chunk, offset)
+                    digests.append(journal.digest(chunk))
             finally:
                 os.close(fd)
         except OSError as exc:
-            return path, exc
-        return "".join(parts)
+            return (path, exc), inf
+        return "".join(digests), inf
 
     def _check_float16(self, start: int, arrays: dict[str, np.ndarray], cast: dict[str, np.ndarray]) -> None:
         """``ExtractionError`` naming the text (and hidden state) of the first finite value of ``arrays`` that
@@ -261,16 +273,17 @@ class LayerStore:
                                   f"largest float16 value ({np.finfo(np.float16).max:.0f}): a float16 store would "
                                   f"keep inf, so the batch was not stored; store vectors as float32 ({FLOAT32_FIX})")
 
-    def _chunks(self, key: str, start: int, stop: int, array: np.ndarray | None = None):
-        """(file offset, rows) of ``key``'s rows ``[start, stop)``, in file order; ``array`` holds them (to write)."""
+    def _chunks(self, key: str, start: int, stop: int, array: np.ndarray | None = None, first: int = 0):
+        """(file offset, rows) of ``key``'s rows ``[start, stop)``, in file order; ``array`` holds them (to write),
+        for a layer-major file its layers from ``first`` on (all of them when no ``array``)."""
         (shape, dtype) = self.layout.shapes()[key]
         item = np.dtype(dtype).itemsize
         base = self._offsets[key]
         if len(shape) == 3:  # (layers, n, d): one contiguous run per layer
             per_row = shape[2] * item
-            for slot in range(shape[0]):
+            for slot in range(first, shape[0] if array is None else first + len(array)):
                 offset = base + (slot * shape[1] + start) * per_row
-                yield offset, (None if array is None else np.ascontiguousarray(array[slot]))
+                yield offset, (None if array is None else np.ascontiguousarray(array[slot - first]))
         else:
             per_row = (shape[1] if len(shape) == 2 else 1) * item
             yield base + start * per_row, (None if array is None else np.ascontiguousarray(array))
@@ -356,7 +369,7 @@ class LayerStore:
         if len(shape) == 3:
             offset += slot * shape[1] * shape[2] * np.dtype(dtype).itemsize
             shape = shape[1:]
-        return _read(self.folder / f"{key}.npy", offset, shape, dtype)
+        return read_block(self.folder / f"{key}.npy", offset, shape, dtype)
 
     def read_rows(self, key: str) -> np.ndarray:
         """A whole (n_texts,) or (n_texts, d) array in the caller's row order (float32 for stored vectors)."""
@@ -373,22 +386,3 @@ class LayerStore:
         out = np.empty(block.shape, dtype=np.float32)
         out[self.order] = block
         return out
-
-
-def _pwrite_all(fd: int, chunk: np.ndarray, offset: int) -> None:
-    """Write the C-contiguous ``chunk`` at ``offset`` from its own buffer, however many calls the kernel needs."""
-    view = memoryview(chunk).cast("B")
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view, offset = view[written:], offset + written
-
-
-def _read(path: Path, offset: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    """Read ``shape`` values at ``offset`` with plain file reads (no memory map: pages stay out of this process)."""
-    out = np.empty(shape, dtype=dtype)
-    with open(path, "rb") as f:
-        f.seek(offset)
-        if f.readinto(memoryview(out).cast("B")) != out.nbytes:
-            raise CacheError(f"cache file {path} is shorter than its header says: remove its folder "
-                             f"{path.parent} (it is recomputed)")
-    return out
