@@ -71,6 +71,33 @@ def test_texts_file_runs_each_prompt(tmp_path, out_model):
         assert (tmp_path / "o" / name).stat().st_size > 0
 
 
+def test_a_repeated_prompt_in_texts_is_read_once_per_line(tmp_path, out_model):
+    prompts = tmp_path / "prompts.txt"
+    lines = ["The cat sat.", "Ice floats on water.", "The cat sat."]
+    prompts.write_text("\n".join(lines) + "\n")
+    result = run("--texts", str(prompts), "--model", out_model, "--top-k", "2", "--out", str(tmp_path / "o"))
+    assert result.exit_code == 0, result.output
+    for n, line in enumerate(lines, start=1):
+        assert f"text {n}: {line}" in result.output
+    table = pd.read_csv(tmp_path / "o" / "lens.csv")
+    assert list(table.columns) == ["text", "prompt_index", "layer", "position", "input_token", "rank", "token",
+                                   "token_id", "prob"]
+    assert table.drop_duplicates("prompt_index")[["prompt_index", "text"]].values.tolist() == \
+        [[0, lines[0]], [1, lines[1]], [2, lines[2]]]
+    model, tok = AutoModelForCausalLM.from_pretrained(out_model), AutoTokenizer.from_pretrained(out_model)
+    n_layers = model.config.num_hidden_layers
+    for i, line in enumerate(lines):
+        ids = tok(line)["input_ids"]
+        rows = table[table["prompt_index"] == i]
+        assert len(rows) == (n_layers + 1) * len(ids) * 2  # layers x positions x --top-k
+        with torch.no_grad():
+            argmax = model(input_ids=torch.tensor([ids])).logits[0].argmax(dim=-1).tolist()
+        last = rows[(rows["layer"] == n_layers) & (rows["rank"] == 1)].sort_values("position")
+        assert last["token_id"].tolist() == argmax
+    for name in ("lens-1.png", "lens-2.png", "lens-3.png", "lens-3.svg"):
+        assert (tmp_path / "o" / name).stat().st_size > 0
+
+
 @pytest.mark.parametrize("args, match", [
     (["  "], "PROMPT is empty"),
     ([], "give one PROMPT or --texts"),

@@ -120,8 +120,32 @@ def test_several_prompts_are_indexed_by_text():
         table.top1()
 
 
+def test_a_repeated_prompt_is_read_twice_keyed_by_its_position():
+    lm = tiny.tiny_lm("llama")
+    texts = [tiny.TEXTS[0], tiny.TEXTS[3], tiny.TEXTS[0]]
+    table = lens(lm, texts, top_k=2, progress=False)
+    assert list(table.columns) == ["prompt_index", *COLUMNS]
+    assert table.texts() == texts and table.prompt_indices() == [0, 1, 2]
+    for i, text in enumerate(texts):
+        ids = lm.tokenizer(text)["input_ids"]
+        rows = table[table["prompt_index"] == i]
+        assert set(rows.index) == {text}
+        assert len(rows) == (lm.info.n_layers + 1) * len(ids) * 2  # layers x positions x top_k
+        with torch.no_grad():
+            want = lm.model(input_ids=torch.tensor([ids])).logits[0].argmax(dim=-1).tolist()
+        assert table.top1(i, "token_id").loc[lm.info.n_layers].tolist() == want
+        assert table.input_tokens(i) == [lm.tokenizer.decode([t], clean_up_tokenization_spaces=False) for t in ids]
+    pd.testing.assert_frame_equal(table.top1(0, "prob"), table.top1(2, "prob"))
+    assert table.grid(tiny.TEXTS[3]) == table.grid(1)  # an unrepeated prompt can still be named by its text
+    with pytest.raises(ExtractionError, match=r"in this table 2 times, at prompt_index 0, 2; .*top1\(0\)"):
+        table.top1(tiny.TEXTS[0])
+    with pytest.raises(ExtractionError, match=r"no prompt has prompt_index 3; .*prompt_index 0\.\.2"):
+        table.top1(3)
+    assert "0: " + tiny.TEXTS[0] in table._repr_html_() and "2: " + tiny.TEXTS[0] in table._repr_html_()
+
+
 @pytest.mark.parametrize("text, top_k, match", [
-    ("   ", 5, "empty"), ([], 5, "needs a prompt"), (["a b", "a b"], 5, "more than once"), ([3], 5, "not a string"),
+    ("   ", 5, "empty"), ([], 5, "needs a prompt"), ([3], 5, "not a string"),
     ("The cat", 0, "at least 1"), ("The cat", True, "at least 1"), ("The cat", 10**6, "vocabulary"),
 ])
 def test_bad_input_is_one_clear_error(text, top_k, match):

@@ -7,7 +7,8 @@ import xml.etree.ElementTree as ET
 import pytest
 from matplotlib.font_manager import font_scalings
 
-from layerscope.report.html import embed_figure, figure_files
+from layerscope.report.figure_files import figure_files
+from layerscope.report.html import embed_figure
 from layerscope.report.plotting import COLORS, POOLING_COLORS, STYLE, figure, save_figure, styled
 
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
@@ -61,20 +62,26 @@ def test_the_same_figure_gives_the_same_svg_and_pdf_bytes():  # no date, no rand
         assert save_figure(drawn()[0], fmt) == save_figure(drawn()[0], fmt)
 
 
+PNG_BYTES = b"\x89PNG\r\n\x1a\n fake"  # the signature is all the checks read
+SVG_BYTES = b'<svg xmlns="http://www.w3.org/2000/svg"><text>a &lt;b&gt;</text></svg>'
+FILE_BYTES = {".png": PNG_BYTES, ".svg": SVG_BYTES, ".pdf": b"%PDF-1.4 fake", ".md": b"x", ".csv": b"x"}
+
+
 def test_figure_files_take_one_file_per_figure_svg_first(tmp_path):
     for name in ("b.png", "b.svg", "b.pdf", "a.png", "a.pdf", "c.pdf", "notes.md", "table.csv"):
-        (tmp_path / name).write_bytes(b"x")
-    assert [p.name for p in figure_files(tmp_path)] == ["a.png", "b.svg", "c.pdf"]
+        (tmp_path / name).write_bytes(FILE_BYTES[name[name.index("."):]])
+    assert [f.path.name for f in figure_files(tmp_path)] == ["a.png", "b.svg", "c.pdf"]
 
 
 def test_embed_figure_puts_svg_and_png_in_as_base64_img_never_as_markup(tmp_path):
     svg = tmp_path / "a<b.svg"
-    svg.write_bytes(b'<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>')
+    svg.write_bytes(SVG_BYTES)
     png = tmp_path / "plot.png"
-    png.write_bytes(b"\x89PNG fake")
-    html_svg, html_png = embed_figure(svg), embed_figure(png)
+    png.write_bytes(PNG_BYTES)
+    figures = {f.path.name: f for f in figure_files(tmp_path)}
+    html_svg, html_png = embed_figure(figures["a<b.svg"]), embed_figure(figures["plot.png"])
     assert f'src="data:image/svg+xml;base64,{base64.b64encode(svg.read_bytes()).decode()}"' in html_svg
-    assert "<script" not in html_svg and "<svg" not in html_svg
+    assert "<svg" not in html_svg and "<text" not in html_svg
     assert "<figcaption" in html_svg and "a&lt;b</figcaption>" in html_svg and "a<b" not in html_svg
     assert f'src="data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()}"' in html_png
     assert "plot</figcaption>" in html_png
@@ -83,7 +90,8 @@ def test_embed_figure_puts_svg_and_png_in_as_base64_img_never_as_markup(tmp_path
 def test_a_pdf_only_figure_is_named_and_linked_not_embedded(tmp_path):
     pdf = tmp_path / "curve.pdf"
     pdf.write_bytes(b"%PDF-1.4 fake")
-    plain = embed_figure(pdf)
+    [figure] = figure_files(tmp_path)
+    plain = embed_figure(figure)
     assert "<img" not in plain and "data:" not in plain and "<code>curve.pdf</code>" in plain
-    linked = embed_figure(pdf, href='phases/curve "1".pdf')
+    linked = embed_figure(figure, href='phases/curve "1".pdf')
     assert '<a href="phases/curve%20%221%22.pdf">curve.pdf</a>' in linked

@@ -148,6 +148,60 @@ def test_boundaries_out_of_range_name_the_models_layers(inputs):
     assert "0..6" in error_line(result)
 
 
+def test_too_few_texts_name_what_surgery_needs_not_the_atlas(inputs):
+    root, model, _, _ = inputs
+    one = root / "one.txt"
+    one.write_text("# a heading\nThe cat sat on the mat.\n\n")  # one text: the heading and blank line skipped
+    line = error_line(run(root, "--model", model, "--texts", one, "--out", root / "few"))
+    assert line.startswith(f"error: {one}: 1 text(s); surgery needs at least 3: ")
+    assert "split-half" in line and line.endswith(f"give at least 3 lines in {one}, one text per line (blank lines "
+                                                  "and '#' lines are skipped)")
+    assert "atlas" not in line
+    langs = root / "two_langs.json"  # a languages file of 2 texts in all
+    langs.write_text(json.dumps({"en": {"resource": "high", "texts": tiny.TEXTS[:1]},
+                                 "sw": {"resource": "low", "texts": tiny.TEXTS[1:2]}}))
+    line = error_line(run(root, "--model", model, "--texts", langs, "--out", root / "few"))
+    assert f"{langs}: 2 text(s); surgery needs at least 3" in line
+    assert line.endswith(f"give at least 3 texts across the languages of {langs}")
+    assert not (root / "few").exists()
+
+
+@pytest.mark.parametrize("max_k", [N_LAYERS, 40])
+def test_max_k_above_the_blocks_is_refused_before_any_pass(inputs, monkeypatch, max_k):
+    import layerscope.studies.surgery as surgery
+
+    def no_pass(*_args, **_kwargs):
+        raise AssertionError("a forward pass ran before --max-k was checked")
+
+    monkeypatch.setattr(surgery, "block_transitions", no_pass)
+    monkeypatch.setattr(surgery, "measure_interventions", no_pass)
+    root, model, texts, _ = inputs
+    line = error_line(run(root, "--model", model, "--texts", texts, *FAST, "--max-k", max_k, "--out", root / "k"))
+    assert line == (f"error: --max-k {max_k} is more blocks than {model} can lose: it has {N_LAYERS} decoder blocks "
+                    f"and pruning keeps at least one, so use --max-k from 1 to {N_LAYERS - 1} (or leave it out for "
+                    f"a quarter of the blocks, {N_LAYERS // 4})")
+    assert not (root / "k").exists()
+
+
+def test_max_k_of_all_blocks_but_one_prunes_every_k(inputs):
+    root, model, texts, _ = inputs
+    out = root / "k_top"
+    result = run(root, "--model", model, "--texts", texts, *FAST, "--interventions", "prune",
+                 "--max-k", N_LAYERS - 1, "--out", out)
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out / "table.csv")
+    prune = table[(table["intervention"] == "prune") & (table["metric"] == "delta_nll")]
+    assert sorted(set(prune["k"])) == list(range(1, N_LAYERS))
+    assert set(prune[prune["rule"] == "random"]["draws"]) == {20}
+
+
+def test_surgery_jobs_never_cut_max_k():
+    from layerscope.studies.surgery.jobs import surgery_jobs
+
+    with pytest.raises(ValueError, match="max_k=6: a model of 6 blocks can prune 1 to 5"):
+        surgery_jobs(6, ("prune",), object(), max_k=6, draws=20, seed=0)
+
+
 # -- the suite and a sweep --
 
 def test_the_suite_runs_surgery_and_its_page_shows_it(tiny_suite):

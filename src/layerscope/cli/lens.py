@@ -2,10 +2,14 @@
 
     layerscope lens "The capital of France is" --model smollm2-135m
     layerscope lens "The capital of France is" --top-k 10 --out lens/     # lens.csv, lens.png, lens.svg
-    layerscope lens --texts prompts.txt --out lens/                        # lens.csv (a text column), lens-1.png, ...
+    layerscope lens --texts prompts.txt --out lens/                        # lens.csv (+ text, prompt_index), lens-1.png
 
 Rows are layers 0 (embeddings) .. n_layers (the model's own output), columns the input tokens; a cell is the token
 the lens ranks first after that input token (a space shown as ``·``, newlines as ``\\n``, long tokens cut).
+
+With ``--texts`` the prompts are keyed by their order in the file (blank and # lines not counted), not by their text:
+a prompt that repeats is read again, as its own "text N" grid and lens-N.png, and lens.csv's ``prompt_index`` column
+(N - 1, from 0) tells its rows apart.
 """
 
 from __future__ import annotations
@@ -35,9 +39,12 @@ def lens_command(
     top_k: int = typer.Option(5, "--top-k", help="Guesses kept per layer and position in lens.csv (the grid "
                               "shows the first)."),
     texts: Path = typer.Option(None, "--texts", help="A text file of prompts, one per line (blank lines and lines "
-                               "starting with # skipped), instead of PROMPT."),
+                               "starting with # skipped), instead of PROMPT. Each line is its own prompt, so a "
+                               "prompt that repeats is read once per line."),
     out: Path = typer.Option(None, "--out", "-o", help="Folder to write lens.csv, lens.png and lens.svg into "
-                             "(lens-1.png, lens-1.svg, ... with --texts). Default: print only."),
+                             "(with --texts: lens-1.png, lens-1.svg, ... for the prompts in file order, and "
+                             "lens.csv's text and prompt_index columns, prompt_index 0 for lens-1). Default: "
+                             "print only."),
     force: bool = typer.Option(False, "--force", help="Replace lens files already in --out."),
     dtype: DType = typer.Option(DType.auto, "--dtype", help="One dtype for every parameter. "
                                 "Default: bfloat16 on CUDA, float32 on CPU."),
@@ -57,10 +64,10 @@ def lens_command(
     table = lens(lm, prompts if texts is not None else prompts[0], top_k=top_k)
     typer.echo(f"logit lens of {lm.info.name}: the top-1 next token at each layer (rows; {lm.info.n_layers} = "
                "the model's output) after each input token (columns); · = space")
-    for i, text in enumerate(table.texts()):
-        if text is not None:
+    for i, (key, text) in enumerate(zip(table.prompt_indices(), table.texts(), strict=True)):
+        if key is not None:
             typer.echo(f"\ntext {i + 1}: {text}")
-        typer.echo(table.grid(text))
+        typer.echo(table.grid(key))
     if out:
         write_files(table, targets, lm.info.name, prompts)
         typer.echo(f"\nwrote {', '.join(str(p) for p in targets)}")
@@ -104,8 +111,9 @@ def out_files(out: Path, n_prompts: int | None, force: bool, inputs: list) -> li
 
 
 def write_files(table: LensTable, targets: list[Path], model: str, prompts: list[str]) -> None:
-    """lens.csv (with the ``text`` index of a --texts run), then each prompt's heat map as PNG and SVG (SVG text
-    kept as text), in :func:`out_files`'s order, each file written atomically."""
+    """lens.csv (with the ``text`` index and ``prompt_index`` column of a --texts run), then each prompt's heat map
+    as PNG and SVG (SVG text kept as text), in :func:`out_files`'s order (by prompt_index, so a repeated prompt
+    gets its own files), each file written atomically."""
     import matplotlib
 
     from ..engine.lens_prompt import show_token
@@ -115,12 +123,12 @@ def write_files(table: LensTable, targets: list[Path], model: str, prompts: list
     several = table.index.name == "text"
     with atomic_file(targets[0], "w") as f:
         table.to_csv(f, index=several)
-    for i, (text, prompt) in enumerate(zip(table.texts(), prompts, strict=True)):
-        tokens = table.top1(text).map(show_token).to_numpy()
-        inputs = [show_token(t) for t in table.input_tokens(text)]
+    for i, (key, prompt) in enumerate(zip(table.prompt_indices(), prompts, strict=True)):
+        tokens = table.top1(key).map(show_token).to_numpy()
+        inputs = [show_token(t) for t in table.input_tokens(key)]
         shown = " ".join("".join(ch if ch.isprintable() else " " for ch in prompt).split())
         title = f"{model}: {shown[:TITLE_CHARS]}{'…' if len(shown) > TITLE_CHARS else ''}"
-        fig = lens_figure(table.top1(text, "prob").to_numpy(), tokens, inputs, title=title)
+        fig = lens_figure(table.top1(key, "prob").to_numpy(), tokens, inputs, title=title)
         png, svg = targets[1 + 2 * i], targets[2 + 2 * i]
         with atomic_file(png) as f:
             save_quietly(fig, f, format="png", dpi=150)

@@ -6,12 +6,14 @@
     print(table.grid())           # the same as aligned text (whitespace escaped, long tokens cut)
     table                         # in a notebook: the layer x position grid as HTML
     lens(lm, ["A prompt", "Another"])   # a list: indexed by ``text`` (the prompt), one grid each
+    table.top1(1)                 # a list's prompt by its position (``prompt_index``); a prompt may repeat
 
-Columns: ``layer, position, input_token, rank, token, token_id, prob``. Layer 0 is the embeddings, layers
-1..n_layers-1 the decoder blocks' outputs (transformers' ``hidden_states[l]``), each read through the model's own
-final norm, head and logit transform (:func:`.lens.layer_logits`, the atlas's lens); layer ``n_layers`` is the
-model's own output (its ``logits``). Position ``t`` is the guess for the token after ``input_token`` ``t``;
-``prob`` is the softmax probability (float32), ``rank`` 1 the most likely.
+Columns: ``layer, position, input_token, rank, token, token_id, prob``; for a list of prompts also
+``prompt_index`` first (the prompt's position in the list, from 0), which tells a repeated prompt's rows apart.
+Layer 0 is the embeddings, layers 1..n_layers-1 the decoder blocks' outputs (transformers' ``hidden_states[l]``),
+each read through the model's own final norm, head and logit transform (:func:`.lens.layer_logits`, the atlas's
+lens); layer ``n_layers`` is the model's own output (its ``logits``). Position ``t`` is the guess for the token
+after ``input_token`` ``t``; ``prob`` is the softmax probability (float32), ``rank`` 1 the most likely.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..errors import ExtractionError, spelled
+from ..errors import ExtractionError, short, spelled
 from ..models.info import input_device
 from ..models.load import LoadedModel
 from ..progress import steps
@@ -32,6 +34,8 @@ from .guards import encode, nonfinite_error, text_label
 from .lens import final_norm, layer_logits
 
 COLUMNS = ["layer", "position", "input_token", "rank", "token", "token_id", "prob"]
+PROMPT_INDEX = "prompt_index"
+"""The column a table of several prompts keys its rows by: each prompt's position in the list, from 0."""
 WIDTH = 12
 """The most characters a token takes in :meth:`LensTable.grid` (longer ones end in ``…``)."""
 _ESCAPES = {" ": "·", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
@@ -60,37 +64,79 @@ def _pad(text: str, width: int) -> str:
 
 class LensTable(pd.DataFrame):
     """The lens of one or more prompts, one row per (layer, position, rank): the columns of :data:`COLUMNS`, and
-    for a list of prompts an index named ``text`` (the prompt). A pandas DataFrame: filter, pivot, ``to_csv``."""
+    for a list of prompts an index named ``text`` (the prompt) and a first column ``prompt_index`` (its position
+    in the list, from 0: the key of its rows, so a prompt given twice is two prompts). A pandas DataFrame:
+    filter, pivot, ``to_csv``.
+
+    The methods that show one prompt of several (``top1``, ``input_tokens``, ``grid``) take its ``prompt_index``
+    (an int) or its text (a str, when it is in the table once)."""
 
     @property
     def _constructor(self):
         return LensTable
 
-    def texts(self) -> list[str | None]:
-        """The prompts in order; ``[None]`` for a table of one prompt (no ``text`` index)."""
-        return list(dict.fromkeys(self.index)) if self.index.name == "text" else [None]
+    def _keys(self) -> np.ndarray:
+        """Per row, its prompt's position (a table of several prompts)."""
+        if PROMPT_INDEX in self.columns:
+            return self[PROMPT_INDEX].to_numpy()
+        # a table without the column (made by hand): its distinct texts, in order of first appearance
+        return pd.factorize(np.asarray(self.index, dtype=object))[0]
 
-    def _rows(self, text: str | None) -> pd.DataFrame:
-        """The rank-1 rows of ``text`` (the only prompt when None), as a plain DataFrame."""
+    def _prompts(self) -> list[tuple[int, str]]:
+        """(prompt_index, text) of each prompt of a table of several, by prompt_index."""
+        keys = self._keys()
+        first = ~pd.Index(keys).duplicated()
+        return sorted(zip(keys[first].tolist(), self.index[first].tolist(), strict=True))
+
+    def texts(self) -> list[str | None]:
+        """The prompts in order of ``prompt_index`` (a repeated prompt as often as it was given); ``[None]`` for a
+        table of one prompt (no ``text`` index)."""
+        return [text for _, text in self._prompts()] if self.index.name == "text" else [None]
+
+    def prompt_indices(self) -> list[int | None]:
+        """The ``prompt_index`` of each prompt, aligned with :meth:`texts`; ``[None]`` for a table of one prompt."""
+        return [key for key, _ in self._prompts()] if self.index.name == "text" else [None]
+
+    def _rows(self, text: str | int | None) -> pd.DataFrame:
+        """The rank-1 rows of one prompt, as a plain DataFrame: ``text`` its prompt_index or its text (when that is
+        in the table once); None for the only prompt of a table of one."""
         frame = pd.DataFrame(self)
-        if text is not None or self.index.name == "text":
-            if text is None or text not in self.texts():
-                raise ExtractionError(f"this table holds the prompts {self.texts()}; name one of them, e.g. "
-                                      f"top1(text={self.texts()[0]!r})")
-            frame = frame.loc[[text]]
+        if self.index.name != "text":
+            if text is not None:
+                raise ExtractionError(f"this table holds one prompt; name none, e.g. top1() (got {short(text)})")
+            return frame[frame["rank"] == 1]
+        keys = [k for k, _ in self._prompts()]
+        fix = f"name one by its prompt_index, e.g. top1({keys[0] if keys else 0})"
+        held = f"this table holds {len(keys)} prompt(s), prompt_index {_span(keys)}"
+        if isinstance(text, (int, np.integer)) and not isinstance(text, bool):
+            if int(text) not in keys:
+                raise ExtractionError(f"no prompt has prompt_index {text}; {held}; {fix}")
+            chosen = int(text)
+        elif text is None:
+            raise ExtractionError(f"{held}; {fix}")
+        else:
+            where = [k for k, t in self._prompts() if t == text]
+            if not where:
+                raise ExtractionError(f"the prompt {short(text)} is not in this table; {held}; {fix}")
+            if len(where) > 1:
+                raise ExtractionError(f"the prompt {short(text)} is in this table {len(where)} times, at prompt_index "
+                                      f"{', '.join(map(str, where))}; name one by its prompt_index, e.g. "
+                                      f"top1({where[0]})")
+            chosen = where[0]
+        frame = frame[self._keys() == chosen]
         return frame[frame["rank"] == 1]
 
-    def top1(self, text: str | None = None, column: str = "token") -> pd.DataFrame:
+    def top1(self, text: str | int | None = None, column: str = "token") -> pd.DataFrame:
         """(n_layers + 1, T): ``column`` (``token``, ``prob`` or ``token_id``) of the top-1 guess, rows = layers
-        ascending, columns = positions."""
+        ascending, columns = positions; ``text``: the prompt's prompt_index or text (none for a table of one)."""
         return self._rows(text).pivot(index="layer", columns="position", values=column).sort_index()
 
-    def input_tokens(self, text: str | None = None) -> list[str]:
+    def input_tokens(self, text: str | int | None = None) -> list[str]:
         """The prompt's T tokens, in order."""
         rows = self._rows(text)
         return rows[rows["layer"] == rows["layer"].min()].sort_values("position")["input_token"].tolist()
 
-    def grid(self, text: str | None = None, width: int = WIDTH) -> str:
+    def grid(self, text: str | int | None = None, width: int = WIDTH) -> str:
         """The layer x position grid of top-1 tokens as aligned text: a header row of input tokens, then one row
         per layer 0..n_layers, every token through :func:`show_token` (cut to ``width``)."""
         tokens = self.top1(text)
@@ -105,13 +151,21 @@ class LensTable(pd.DataFrame):
         if not set(COLUMNS) <= set(self.columns) or not (self["rank"] == 1).any():
             return super()._repr_html_()
         parts = []
-        for text in self.texts():
+        for key, text in zip(self.prompt_indices(), self.texts(), strict=True):
             try:
-                tokens, probs = self.top1(text), self.top1(text, "prob")
+                tokens, probs = self.top1(key), self.top1(key, "prob")
             except ValueError:  # not one prompt's full lens (e.g. a hand-made subset): the plain table
                 return super()._repr_html_()
-            parts.append(_html_grid(text, self.input_tokens(text), tokens, probs))
+            caption = None if key is None else f"{key}: {text}"
+            parts.append(_html_grid(caption, self.input_tokens(key), tokens, probs))
         return "".join(parts)
+
+
+def _span(keys: list[int]) -> str:
+    """``0..3``, or ``0, 2, 5`` when the indices are not a run (a filtered table)."""
+    if keys and keys == list(range(keys[0], keys[0] + len(keys))) and len(keys) > 2:
+        return f"{keys[0]}..{keys[-1]}"
+    return ", ".join(map(str, keys)) or "none"
 
 
 def _html_grid(text: str | None, inputs: list[str], tokens: pd.DataFrame, probs: pd.DataFrame) -> str:
@@ -168,10 +222,11 @@ def check_top_k(top_k: int, vocab: int | None = None, model: str | None = None) 
 def lens(lm: LoadedModel, text: str | Sequence[str], top_k: int = 5, *, progress: bool | None = None) -> LensTable:
     """``table = lens(lm, "The capital of France is", top_k=5)``: the :class:`LensTable` of one prompt (or of
     a list of them, indexed by ``text``, even a list of one; progress is shown for several unless
-    ``progress=False``).
+    ``progress=False``). A list's rows carry ``prompt_index``, the prompt's position in it: a prompt given twice
+    is read twice, each under its own index.
 
-    :class:`ExtractionError` for an empty prompt, a prompt given twice, ``top_k`` outside 1..vocab, or a prompt
-    longer than the model's positions."""
+    :class:`ExtractionError` for an empty prompt, ``top_k`` outside 1..vocab, or a prompt longer than the model's
+    positions."""
     texts = [text] if isinstance(text, str) else list(text)
     if not texts:
         raise ExtractionError("the lens needs a prompt; pass a non-empty text or list of texts")
@@ -180,9 +235,6 @@ def lens(lm: LoadedModel, text: str | Sequence[str], top_k: int = 5, *, progress
             raise ExtractionError(f"prompt {i} is a {type(t).__name__}, not a string; pass text (str) prompts")
         if not t.strip():
             raise ExtractionError(f"prompt {i} is empty ({t!r}); give text for the model to read")
-    twice = [t for t in dict.fromkeys(texts) if texts.count(t) > 1]
-    if twice:
-        raise ExtractionError(f"the prompt {twice[0]!r} is given more than once; give each prompt once")
     head = lm.model.get_output_embeddings()
     check_top_k(top_k, int(head.weight.shape[0]) if getattr(head, "weight", None) is not None
                 else lm.info.vocab_size, lm.info.name)
@@ -195,6 +247,7 @@ def lens(lm: LoadedModel, text: str | Sequence[str], top_k: int = 5, *, progress
         probs, tops = lens_top(lm, ids[i], int(top_k), text_label(texts, i))
         frame = _frame(lm, ids[i], probs, tops)
         if several:
+            frame.insert(0, PROMPT_INDEX, np.full(len(frame), i, dtype=np.int64))
             frame.index = pd.Index([texts[i]] * len(frame), name="text")
         frames.append(frame)
     return LensTable(pd.concat(frames) if several else frames[0])

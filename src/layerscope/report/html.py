@@ -10,6 +10,9 @@ Every string from outside (a category, a text, a model name, a path, what a plug
 markup: each plain string goes into the page through ``html.escape``; a report.md is rendered by markdown-it with
 raw HTML off and only relative, ``#`` and http(s) links (:func:`safe_link`); and every page carries a
 Content-Security-Policy (:data:`CSP`) that runs no script and loads nothing but its own embedded images and style.
+A run folder's files are data from outside too: a figure file is embedded only when it is a regular file inside
+the run folder whose bytes are what its name says (:mod:`layerscope.report.figure_files`); the others are named in
+one warning line.
 
 A :class:`Section` is one study's part of a run page, in plain values (title, headline lines, its rows of the
 summary table, method notes, its folder's figures and report.md); :mod:`layerscope.studies.pages` builds them from
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import html
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +36,7 @@ from markdown_it import MarkdownIt
 
 from ..errors import OutputError
 from ..io import atomic_file
+from .figure_files import Figure, NotAFigure, figure_files, read_inside, warn_skipped
 
 STYLE = """
 body { font: 15px/1.5 system-ui, sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em; color: #222; }
@@ -72,7 +77,8 @@ class Section:
     question: str
     headline: list[str]
     folder: Path
-    """The study's run folder: its figures (*.png), report.md and data files are shown."""
+    """The study's run folder: its figures (those :func:`~layerscope.report.figure_files.figure_files` passes),
+    report.md and data files are shown."""
     method: str
     """How it was computed, in a few words (e.g. "layerscope default")."""
     method_notes: list[tuple[str, str]] = field(default_factory=list)
@@ -122,8 +128,10 @@ def written_by_layerscope(page: Path) -> bool:
 
 def render_run(root: Path, name: str, sections: list[Section]) -> str:
     """A run's page: the summary table of every section's verdicts (each study linked to its section) and their
-    warnings, then each section, then the manifests."""
-    bodies = "".join(section_html(root, s) for s in sections)
+    warnings, then each section, then the manifests. Figure files it leaves out are named in one warning line."""
+    skipped: list[str] = []
+    bodies = "".join(section_html(root, s, skipped) for s in sections)
+    warn_skipped(root, skipped)
     manifests = "".join(_manifest(s.title, s.manifest) for s in sections)
     body = (f'<h2 id="summary">Summary of verdicts</h2>{summary_html(sections)}'
             f'{bodies}<h2 id="manifest">Manifest</h2>{manifests}')
@@ -165,15 +173,25 @@ def verdict_table(rows: Iterable[Sequence[Any]], anchors: Sequence[str | None] |
             f'<th>key number</th><th>checks that flip it</th></tr>{"".join(body)}</table>')
 
 
-def section_html(root: Path, s: Section) -> str:
+def section_html(root: Path, s: Section, skipped: list[str] | None = None, inside: Path | None = None) -> str:
     """One study's section of a run page (and of a notebook's ``_repr_html_``): its title, question, verdict lines,
-    warnings, figures, report and method notes; file links relative to ``root``."""
+    warnings, figures, report and method notes; file links relative to ``root``. Only figure files that pass
+    :func:`~layerscope.report.figure_files.read_figure` inside the run folder ``inside`` (default ``root``) are
+    shown; the others are appended to ``skipped``, or, when it is None, named in a warning line here."""
     warn = "".join(f'<p class="warning">{html.escape(w)}</p>' for w in s.warnings)
     lines = "".join(f"<li>{html.escape(line)}</li>" for line in s.headline)
-    figures = "".join(embed_figure(path, href=path.relative_to(root).as_posix())
-                      for path in figure_files(s.folder))
-    report = s.folder / "report.md"
-    body = markdown_html(report.read_text(encoding="utf-8"), shift=2) if report.is_file() else ""
+    inside = root if inside is None else inside
+    left_out: list[str] = [] if skipped is None else skipped
+    figures = "".join(embed_figure(figure, href=figure.path.relative_to(root).as_posix())
+                      for figure in figure_files(s.folder, inside, left_out))
+    report, body = s.folder / "report.md", ""
+    if os.path.lexists(report):  # data from outside too: never a link to a file elsewhere (a key, a password file)
+        try:
+            body = markdown_html(read_inside(report, inside).decode("utf-8", errors="replace"), shift=2)
+        except NotAFigure as why:
+            left_out.append(f"{os.path.relpath(report, inside)} ({why})")
+    if skipped is None:
+        warn_skipped(inside, left_out)
     notes = "".join(f"<tr><td>{html.escape(seed)}</td><td>{html.escape(default)}</td></tr>"
                     for seed, default in s.method_notes)
     files = " ".join(f'<a href="{html.escape(quote(p.relative_to(root).as_posix()))}">{html.escape(p.name)}</a>'
@@ -186,34 +204,20 @@ def section_html(root: Path, s: Section) -> str:
             f'<tr><th>notebooks (--compat seed)</th><th>layerscope default</th></tr>{notes}</table></details>')
 
 
-FIGURE_TYPES = {".svg": "image/svg+xml", ".png": "image/png", ".pdf": "application/pdf"}
-"""The figure files a page shows, best first: an SVG (sharp at any zoom), else the PNG, else a PDF (linked)."""
-
-
-def figure_files(folder: Path) -> list[Path]:
-    """The figures of a study folder to embed, one file per figure (its .svg, else its .png, else its .pdf), in
-    name order."""
-    found: dict[str, Path] = {}
-    for suffix in FIGURE_TYPES:  # best first: a figure keeps the first file found
-        for path in folder.glob(f"*{suffix}"):
-            if path.is_file():
-                found.setdefault(path.stem, path)
-    return [found[stem] for stem in sorted(found)]
-
-
-def embed_figure(path: Path, href: str | None = None) -> str:
-    """A figure for the page, captioned with the file's stem: an SVG or PNG as an ``<img>`` with a base64 ``data:``
-    URL (an SVG in an ``<img>`` runs no script; its markup is never put in the page); a PDF, which no ``<img>``
-    shows, as its name, linked to ``href`` (the file's URL relative to the page) when given."""
+def embed_figure(figure: Figure, href: str | None = None) -> str:
+    """A figure for the page, captioned with the file's stem: an SVG or PNG as an ``<img>`` with its checked bytes
+    (:func:`~layerscope.report.figure_files.figure_files`) in a base64 ``data:`` URL (an SVG in an ``<img>`` runs
+    no script; its markup is never put in the page); a PDF, which no ``<img>`` shows, as its name, linked to
+    ``href`` (the file's URL relative to the page) when given."""
+    path = figure.path
     name = html.escape(path.stem)
     caption = f'<figcaption class="muted">{name}</figcaption></figure>'
-    kind = FIGURE_TYPES.get(path.suffix.lower(), "image/png")
-    if kind == "application/pdf":
+    if figure.kind == "application/pdf":
         file = html.escape(path.name)
         link = f'<a href="{html.escape(quote(href))}">{file}</a>' if href is not None else f"<code>{file}</code>"
         return f'<figure><p class="muted">PDF only, not shown here: {link}</p>{caption}'
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<figure><img alt="{name}" src="data:{kind};base64,{data}">{caption}'
+    data = base64.b64encode(figure.data).decode("ascii")
+    return f'<figure><img alt="{name}" src="data:{figure.kind};base64,{data}">{caption}'
 
 
 def safe_link(url: str) -> bool:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import OutputError
+from ..report.figure_files import warn_skipped
 from ..report.html import STYLE, Section, section_html, summary_html
 from .pages import section, study_folders
 from .result import StudyResult
@@ -46,8 +47,13 @@ def _wrap(body: str) -> str:
     return f'<div class="{SCOPE}"><style>{scoped_style()}</style>{body}</div>'
 
 
-def _sections_html(sections: list[Section], root: Path) -> str:
-    return summary_html(sections) + "".join(section_html(root, s) for s in sections)
+def _sections_html(sections: list[Section], root: Path, inside: Path | None = None) -> str:
+    """The verdict table and each section, file links relative to ``root``; figure files that do not pass the
+    checks in the run folder ``inside`` (default ``root``) are left out and named in one warning line."""
+    skipped: list[str] = []
+    body = summary_html(sections) + "".join(section_html(root, s, skipped, inside) for s in sections)
+    warn_skipped(root if inside is None else inside, skipped)
+    return body
 
 
 def study_html(result: StudyResult) -> str:
@@ -56,7 +62,8 @@ def study_html(result: StudyResult) -> str:
     folder first."""
     folder = result.folder
     if folder is not None and (Path(folder) / "result.json").is_file():
-        return _wrap(_sections_html([section(Path(folder), Path(folder).parent, result)], Path(folder).parent))
+        run = Path(folder)  # the run folder: its figures are shown only from inside it
+        return _wrap(_sections_html([section(run, run.parent, result)], run.parent, inside=run))
     with tempfile.TemporaryDirectory(prefix="layerscope-display-") as tmp:
         out = Path(tmp) / result.study
         result.write(out)

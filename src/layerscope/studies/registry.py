@@ -15,6 +15,10 @@ package adds one through the entry-point group ``layerscope.studies``, naming a 
     toy = "my_package.toy:Toy"
 
 A plugin that fails to load is reported in one ``warning:`` line naming it; the other studies still run.
+The built-in studies are registered before any plugin is imported, so a plugin module may build on one either
+way: ``Base = type(get_study("divergence"))`` (or ``study_class("divergence")``) or
+``from layerscope.studies.divergence import Divergence``, then ``class Mine(Base): name = "mine"``. While
+plugins are being imported, only the built-in studies can be looked up.
 
 Names are never taken over silently. A built-in study always keeps its name: a plugin study under it is not used,
 and one ``warning:`` line names both packages. Two plugins offering one name: neither runs (the name is
@@ -289,6 +293,17 @@ def _resolve() -> None:
     _UNAVAILABLE.update(refused)
 
 
+def _place_built_ins() -> None:
+    """Make the built-in studies, and only those, run under their names: what a plugin sees while the entry
+    points are imported (``get_study("divergence")`` from its module). No plugin study is placed before
+    :func:`_resolve` has seen them all, so none can take a name over in the meantime."""
+    _REGISTERED.clear()
+    _REGISTERED.update(_BUILT_INS)
+    _ORIGINS.clear()
+    _ORIGINS.update(dict.fromkeys(_BUILT_INS, BUILT_IN))
+    _UNAVAILABLE.clear()
+
+
 def _clash(name: str, offered: dict[type[Study], Origin], picked: str | None) -> str:
     """Why no study runs under ``name``, which the packages in ``offered`` all offer, and the fix."""
     both = " and ".join(sorted(str(origin) for origin in offered.values()))
@@ -312,6 +327,7 @@ def _load() -> None:
     for module in pkgutil.iter_modules(package.__path__):
         if module.ispkg:
             importlib.import_module(f"{__package__}.{module.name}")
+    _place_built_ins()  # before any plugin is imported: one may look a built-in up to subclass it
     _OFFERED.clear()  # the entry points installed now (a reload forgets an uninstalled package's)
     _OFFERED.update({name: dict(offered) for name, offered in _FROM_CODE.items()})
     for entry in entry_points(group=ENTRY_POINT_GROUP):

@@ -75,7 +75,7 @@ def profile_rows(table: pd.DataFrame, config: StudyConfig) -> pd.DataFrame:
     if "stage" in table:  # the final layer after the model's final norm is not part of the profile
         keep &= table["stage"] != "post_norm"
     rows = table[keep].copy()
-    rows["revision"] = rows["revision"].fillna("")  # groupby drops NaN keys
+    rows["revision"] = rows["revision"].astype(object).fillna("")  # groupby drops NaN keys (all-NaN: float64)
     bounds = [column for column in ("ci_lo", "ci_hi") if column in rows]
     out = rows.groupby(keys, sort=False, dropna=False).agg(value=("value", "mean"), depth=("depth", "first"),
                                                            **{c: (c, "first") for c in bounds}, k=("value", "size"))

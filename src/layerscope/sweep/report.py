@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import quote
 
-from ..report.html import embed_figure, figure_files, markdown_html, page, write_page
+from ..report.figure_files import figure_files, warn_skipped
+from ..report.html import embed_figure, markdown_html, page, write_page
 from ..report.markdown import md_table, md_text, no_raw_html, number
 from .figures import readable
 
@@ -58,8 +59,13 @@ def _code(name: str) -> str:
 
 
 def write_sweep_index(folder: Path, summary: dict) -> Path:
-    """``folder/index.html``: the report with every figure of the sweep folder embedded, written atomically."""
-    figures = "".join(embed_figure(path, href=path.name) for path in figure_files(folder))  # the page is beside them
+    """``folder/index.html``: the report with every figure of the sweep folder embedded, written atomically; figure
+    files that are not what their names say (:func:`~layerscope.report.figure_files.read_figure`) are left out and
+    named in one warning line."""
+    skipped: list[str] = []
+    figures = "".join(embed_figure(figure, href=figure.path.name)  # the page is beside them
+                      for figure in figure_files(folder, folder, skipped))
+    warn_skipped(folder, skipped)
     figures = f"<h2>Figures</h2>{figures}" if figures else ""  # none when no task finished
     body = markdown_html(sweep_report(summary)) + figures
     return write_page(folder / "index.html", page(f"layerscope sweep {folder.resolve().name}", body, heading=False))

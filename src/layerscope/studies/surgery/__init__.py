@@ -15,10 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...data.languages import load_languages
-from ...data.texts import MIN_TEXTS, load_texts
+from ...data.prompts import load_prompts
+from ...data.texts import TextSet, load_texts
 from ...engine.surgery_run import distinct, measure_interventions, surgery_plan
 from ...engine.transitions import block_transitions
-from ...errors import short
+from ...errors import DatasetError, short, spelled
 from ...models.info import decoder_layers
 from ...progress import note
 from ..base import Study
@@ -36,6 +37,10 @@ from .report import headline_line
 from .report import report as write_report
 
 MIN_DRAWS, MAX_DRAWS = 20, 10_000
+MIN_TEXTS = 3
+"""Surgery's fewest texts (why: :data:`WHY_TEXTS`), in a --texts file and for --max-texts; its own, not the atlas's."""
+WHY_TEXTS = ("each block's cost is a mean over the texts, with a bootstrap interval and a sign-flip p over them, "
+             "and the split-half check needs texts in both halves")
 MAX_TEXTS = 1_000_000
 DEFAULT_TEXTS = 12
 """Default subset of the texts (seeded): sized so the whole default study on SmolLM2 runs in about 2.5 minutes on
@@ -51,7 +56,10 @@ class SurgerySettings(Settings):
                              "a languages file); each intervention is one pass over them.", default=DEFAULT_TEXTS)
     interventions: str = setting("Which interventions: any of skip, repeat, swap, prune, comma-separated.",
                                  default="skip,repeat,swap,prune")
-    max_k: int | None = setting("Prune k = 1..max_k blocks at once. Default: a quarter of the blocks.")
+    max_k: int | None = setting("Prune k = 1..max_k blocks at once: at most the model's number of blocks minus one "
+                                "(one block must stay). A larger value is refused, naming the model's blocks, as the "
+                                "model loads and before any pass over the texts, rather than cut down. Each k costs "
+                                "2 + --random-draws passes. Default: a quarter of the blocks.")
     random_draws: int = setting(f"Random k-block sets per k, the pruning rules' control (at least {MIN_DRAWS}).",
                                 default=MIN_DRAWS)
     boundaries: str | None = setting("Phase boundaries to test causally, as hidden-state layers like '2,19' (e.g. "
@@ -100,13 +108,37 @@ def pick_texts(config: StudyConfig) -> tuple[list[str], Groups | None, dict]:
         texts = [by_code[code].texts[i] for code, i in picked]
         groups = Groups(lang=np.array([code for code, _ in picked]),
                         low=np.array([by_code[code].resource == "low" for code, _ in picked]))
+        available = sum(len(lang.texts) for lang in langs.languages)
+        check_enough(path, available, f"give at least {MIN_TEXTS} texts across the languages of {path}")
         return texts, groups, {"kind": "languages", "source": langs.source, "hash": langs.hash,
-                               "n_texts": len(texts), "n_available": sum(len(lang.texts) for lang in langs.languages)}
-    loaded = load_texts(path)
+                               "n_texts": len(texts), "n_available": available}
+    if path is None:
+        loaded = load_texts()  # the bundled pair statements and prompts
+    else:  # read here, not by load_texts: its count check and message are the atlas's
+        loaded = TextSet(texts=load_prompts(path, option="--texts", purpose="surgery", minimum=0).texts,
+                         source=str(path))
+        check_enough(path, len(loaded.texts), f"give at least {MIN_TEXTS} lines in {path}, one text per line "
+                     "(blank lines and '#' lines are skipped)")
     n = min(config.max_texts, len(loaded.texts))
     index = sorted(int(i) for i in rng.choice(len(loaded.texts), size=n, replace=False))
     return [loaded.texts[i] for i in index], None, {"kind": "texts", "source": loaded.source, "hash": loaded.hash,
                                                    "n_texts": n, "n_available": len(loaded.texts)}
+
+
+def check_enough(path, n: int, fix: str) -> None:
+    """:class:`DatasetError` naming ``path``, its ``n`` texts, what surgery needs and ``fix`` when n < MIN_TEXTS."""
+    if n < MIN_TEXTS:
+        raise DatasetError(f"{path}: {n} text(s); surgery needs at least {MIN_TEXTS}: {WHY_TEXTS}; {fix}")
+
+
+def check_max_k(max_k: int | None, model: str, n_layers: int) -> None:
+    """:class:`ConfigError` when ``max_k`` is more blocks than a model of ``n_layers`` can lose at once (all but
+    one); called as each model loads, before its first forward pass."""
+    if max_k is not None and max_k > n_layers - 1:
+        raise ConfigError(f"{spelled(f'--max-k {max_k}', f'max_k={max_k}')} is more blocks than {model} can lose: "
+                          f"it has {n_layers} decoder blocks and pruning keeps at least one, so use "
+                          f"{spelled('--max-k', 'max_k')} from 1 to {n_layers - 1} (or leave it out for a quarter "
+                          f"of the blocks, {default_max_k(n_layers)})")
 
 
 COMPARE_FACTOR = 1.5
@@ -150,6 +182,7 @@ class Surgery(Study):
                 raise ConfigError(f"--boundaries {config.boundaries}: {run.info.name} has hidden states 0..{n_layers}")
             if n_layers < 2:
                 raise ConfigError(f"{run.info.name} has {n_layers} decoder block; surgery needs at least 2")
+            check_max_k(config.max_k, run.info.name, n_layers)
             start = time.perf_counter()
             transitions = block_transitions(lm, texts, batch_size=config.batch_size, max_length=config.max_length)
             one_pass = time.perf_counter() - start

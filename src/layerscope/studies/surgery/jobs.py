@@ -45,7 +45,9 @@ def surgery_jobs(n_layers: int, kinds: tuple[str, ...], transitions: Transitions
         if kind in kinds:
             jobs.per_layer[kind] = [make(layer) for layer in range(count)]
     if "prune" in kinds and transitions is not None:
-        ks = list(range(1, min(max_k, n_layers - 1) + 1))
+        if not 1 <= max_k <= n_layers - 1:  # the study refuses it first (check_max_k); never cut it silently
+            raise ValueError(f"max_k={max_k}: a model of {n_layers} blocks can prune 1 to {n_layers - 1} at once")
+        ks = list(range(1, max_k + 1))
         drawn = random_sets(n_layers, ks, draws, np.random.default_rng(seed))
         for k in ks:
             jobs.prune[("block_influence", k)] = [Intervention.prune(lowest_influence(transitions.influence, k))]
