@@ -28,7 +28,7 @@ import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, LlamaConfig  # noqa: E402
 
 import tiny  # noqa: E402  (the tests' tokenizer trained in code)
-from layerscope.studies import StudyConfig  # noqa: E402
+from layerscope.study import StudyConfig  # noqa: E402
 from layerscope.sweep import SweepPlan, run_sweep  # noqa: E402
 
 DEPTHS = (4, 6, 8, 10)

@@ -7,7 +7,7 @@ import numpy as np
 from layerscope.data.pairs import Category, PairDataset
 from layerscope.engine.activations import Activations, ExtractSettings
 from layerscope.models.info import ModelInfo
-from layerscope.studies.inputs import PairRun
+from layerscope.studies.shared.inputs import PairRun
 
 
 def pair_run(seed=0, sizes=(5, 6, 4, 7, 5, 6), n_layers=8, d=6, name="synthetic") -> PairRun:

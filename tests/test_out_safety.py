@@ -20,7 +20,7 @@ from layerscope.cli import app
 from layerscope.errors import DiskFullError, OutputError
 from layerscope.io import MARKER, atomic_file, read_marker, staged_dir
 from layerscope.report.html import GENERATOR
-from layerscope.studies import StudyConfig, StudyResult
+from layerscope.study import StudyConfig, StudyResult
 from layerscope.sweep import SweepPlan, run_sweep
 
 runner = CliRunner()
@@ -249,7 +249,7 @@ def test_a_killed_zoo_conversion_is_cleared_by_the_next_one(tmp_path, monkeypatc
 
 
 def test_a_resumed_suite_holds_no_partial_of_a_killed_study_write(tmp_path, monkeypatch, model):
-    from layerscope.studies import suite
+    from layerscope.run import suite
 
     configs = {"divergence": StudyConfig(study="divergence", models=(model,), n_permutations=100),
                "anisotropy": StudyConfig(study="anisotropy", models=(model,))}

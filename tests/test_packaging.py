@@ -48,12 +48,22 @@ def test_every_imported_package_is_declared():
     assert not missing, "\n".join(missing)
 
 
-def test_readme_plugin_example_is_the_tested_plugin():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Writing your own study\n")[1].split("\n## ")[0]
-    module = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    toml = tomllib.loads(re.search(r"```toml\n(.*?)```", section, re.S).group(1))
+def test_the_guides_plugin_is_the_tested_plugin():
+    """docs/writing-a-study.md's package is what tests/studies/test_plugins.py installs (it copies the blocks out
+    of the page): the module defines the entry point's class, and the pyproject names it."""
     tested = runpy.run_path(str(ROOT / "tests" / "studies" / "test_plugins.py"))
-    assert module == tested["TOY_STUDY"]
+    module = runpy.run_path(str(_write(tested["guide_file"]("toy-plugin/toy_study.py"))))
+    assert module["Toy"].name == "toy" and module["Toy"].Settings is module["ToySettings"]
+    toml = tomllib.loads(tested["guide_file"]("toy-plugin/pyproject.toml"))
     assert toml["project"]["entry-points"]["layerscope.studies"] == {"toy": "toy_study:Toy"}
     assert toml["tool"]["setuptools"]["py-modules"] == ["toy_study"]
+
+
+def _write(text: str):
+    """``text`` in a temporary module file, for runpy."""
+    import tempfile
+
+    folder = tempfile.mkdtemp()
+    path = Path(folder) / "toy_study.py"
+    path.write_text(text, encoding="utf-8")
+    return path

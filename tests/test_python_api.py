@@ -13,7 +13,8 @@ from layerscope.cli import app
 from layerscope.engine import Activations, extract
 from layerscope.errors import LayerscopeError
 from layerscope.models import load_model
-from layerscope.studies import ConfigError, StudyConfig, StudyResult, run_study
+from layerscope.run import run_study
+from layerscope.study import ConfigError, StudyConfig, StudyResult
 
 TEXTS = {"en": {"resource": "high", "texts": ["The cat sat on the mat.", "Prices rose by four percent."]},
          "xx": {"resource": "low", "texts": ["Bread dough doubles in size.", "Ice floats on water."]}}

@@ -26,7 +26,7 @@ from layerscope.cli import app
 from layerscope.errors import EDQUOT, CacheError, DiskFullError, LayerscopeError, OutputError, write_cause
 from layerscope.io import disk_full
 from layerscope.paths import cache_error
-from layerscope.studies import StudyResult
+from layerscope.study import StudyResult
 
 runner = CliRunner()
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from .errors import DatasetError, ExtractionError, LayerscopeError, ModelLoadError, OutputError
 from .lazy import lazy
 from .provenance import VERSION as __version__
+from .study import hooks as _hooks
 
 if TYPE_CHECKING:
     from .data import PairDataset, load_pairs
@@ -28,20 +29,48 @@ if TYPE_CHECKING:
     from .engine.surgery import Intervention, intervened
     from .engine.surgery_run import measure_interventions
     from .models import DEFAULT_MODEL, ZOO, LoadedModel, ModelInfo, load_model
-    from .studies import StudyConfig, load_run, run_study
+    from .run import SuiteResult, get_study, load_run, run_study, write_result
+    from .study import Study, StudyConfig, StudyResult, register_study
 
 _LAZY = {"PairDataset": "data", "load_pairs": "data", "POOLINGS": "engine", "Activations": "engine",
          "ExtractSettings": "engine", "extract": "engine", "DEFAULT_MODEL": "models", "ZOO": "models",
          "LoadedModel": "models", "ModelInfo": "models", "load_model": "models", "Intervention": "engine.surgery",
          "intervened": "engine.surgery", "measure_interventions": "engine.surgery_run",
-         "StudyConfig": "studies", "load_run": "studies", "run_study": "studies", "lens": "engine.lens_prompt"}
+         "StudyConfig": "study", "StudyResult": "study", "Study": "study", "register_study": "study",
+         "SuiteResult": "run", "get_study": "run", "load_run": "run", "run_study": "run",
+         "write_result": "run", "lens": "engine.lens_prompt"}
 
 __all__ = [
     "DEFAULT_MODEL", "POOLINGS", "ZOO", "Activations", "DatasetError", "ExtractSettings", "ExtractionError",
     "Intervention", "LayerscopeError", "LoadedModel", "ModelInfo", "ModelLoadError", "OutputError", "PairDataset",
-    "StudyConfig", "__version__", "extract", "intervened", "lens", "load_model", "load_pairs", "load_run",
-    "measure_interventions", "run_study",
+    "Study", "StudyConfig", "StudyResult", "SuiteResult", "__version__", "extract", "get_study", "intervened",
+    "lens", "load_model", "load_pairs", "load_run", "measure_interventions", "register_study", "run_study",
+    "write_result",
 ]
 
 
 __getattr__, __dir__ = lazy(__name__, _LAZY, __all__)
+
+
+# The composition root: the study API (layerscope.study) asks for three jobs that only the machinery above it
+# (layerscope.run) can do; they are connected here, where Python starts before any module of the package, and
+# each imports layerscope.run only when first called, so the imports between the packages run one way.
+def _study_class(name: str) -> type:
+    from .run.registry import study_class
+
+    return study_class(name)
+
+
+def _write(result, out, force: bool = False):
+    from .run.output import write_result
+
+    return write_result(result, out, force=force)
+
+
+def _html(result) -> str:
+    from .run.display import study_html
+
+    return study_html(result)
+
+
+_hooks.connect(study_class=_study_class, write=_write, html=_html)

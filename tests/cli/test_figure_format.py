@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 import tiny
 from conftest import error_line
 from layerscope.cli import app
-from layerscope.studies.config import ConfigError, StudyConfig
-from layerscope.studies.config_file import load_config_file
+from layerscope.run.config_file import load_config_file
+from layerscope.study.config import ConfigError, StudyConfig
 
 runner = CliRunner()
 SVG = "{http://www.w3.org/2000/svg}"

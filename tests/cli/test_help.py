@@ -6,10 +6,10 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+import layerscope.run.suite
 import layerscope.studies
-import layerscope.studies.suite
 from layerscope.cli import app
-from layerscope.studies import ConfigError
+from layerscope.study import ConfigError
 
 runner = CliRunner()
 
@@ -63,8 +63,8 @@ def ran(monkeypatch, tmp_path):
         seen.append(config)
         raise ConfigError("stopped before the model loads")
 
-    monkeypatch.setattr(layerscope.studies, "run_study", stop)
-    monkeypatch.setattr(layerscope.studies.suite, "check_inputs", lambda config: None)  # p.txt need not parse
+    monkeypatch.setattr(layerscope.run, "run_study", stop)
+    monkeypatch.setattr(layerscope.run.suite, "check_inputs", lambda config: None)  # p.txt need not parse
 
     def invoke(*args):
         result = runner.invoke(app, ["run", *args, "--out", str(tmp_path / "out")])

@@ -12,8 +12,9 @@ import tiny
 from layerscope import load_model, load_pairs
 from layerscope.cli import app
 from layerscope.report.markdown import md_text
-from layerscope.studies import StudyResult, get_study
-from layerscope.studies.result import TABLE_COLUMNS
+from layerscope.run import get_study
+from layerscope.study import StudyResult
+from layerscope.study.result import TABLE_COLUMNS
 
 runner = CliRunner()
 
@@ -74,7 +75,7 @@ def test_seed_compat_tests_every_fourth_layer(tmp_path, models):
 
 
 def test_device_map_reaches_the_loader_and_the_saved_config(tmp_path, models, monkeypatch):
-    from layerscope.studies import runner
+    from layerscope.study import per_model as runner
 
     asked = []
 

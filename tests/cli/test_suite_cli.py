@@ -8,9 +8,9 @@ import yaml
 from typer.testing import CliRunner
 
 from layerscope.cli import app
-from layerscope.studies import StudyResult
-from layerscope.studies.config_file import SUITE
-from layerscope.studies.registry import studies
+from layerscope.run.config_file import SUITE
+from layerscope.run.registry import studies
+from layerscope.study import StudyResult
 
 runner = CliRunner()
 

@@ -11,7 +11,8 @@ from scipy import stats
 
 import notebook_reference as notebook
 from layerscope import load_pairs
-from layerscope.studies import StudyConfig, run_study
+from layerscope.run import run_study
+from layerscope.study import StudyConfig
 
 pytestmark = pytest.mark.integration
 LAYERS = [0, 4, 8, 12, 16, 20, 24, 28, 30]

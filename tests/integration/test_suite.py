@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from browser import render
-from layerscope.studies.config_file import SUITE
+from layerscope.run.config_file import SUITE
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,8 @@ import json
 import pandas as pd
 import pytest
 
-from layerscope.studies import StudyConfig, run_study
+from layerscope.run import run_study
+from layerscope.study import StudyConfig
 from layerscope.sweep import SweepPlan, run_sweep
 
 pytestmark = pytest.mark.integration

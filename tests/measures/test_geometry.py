@@ -8,7 +8,7 @@ import pytest
 from layerscope.engine.layers import ArraySource, LayerStack
 from layerscope.errors import ExtractionError
 from layerscope.measures.geometry import centroid_asymmetry, cosine_to, uniformity
-from layerscope.studies.categories import category_ua
+from layerscope.studies.shared.categories import category_ua
 
 
 def test_uniformity_by_hand():

@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM
 import tiny
 from layerscope import ModelLoadError, load_model
 from layerscope.models.load import default_dtype, resolve_dtype
-from layerscope.studies.config import ConfigError, StudyConfig
+from layerscope.study.config import ConfigError, StudyConfig
 
 
 @pytest.fixture

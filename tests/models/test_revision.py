@@ -5,7 +5,7 @@ import pytest
 import tiny
 from hubcache import fake_hub, use_hub
 from layerscope import ModelLoadError, extract, load_model
-from layerscope.studies.manifest import model_entry
+from layerscope.study.manifests import model_entry
 
 
 @pytest.fixture

@@ -11,9 +11,10 @@ from typer.testing import CliRunner
 
 from browser import render
 from layerscope.cli import app
-from layerscope.studies import StudyResult, get_study
-from layerscope.studies.config_file import SUITE
-from layerscope.studies.verdicts import STATUSES
+from layerscope.run import get_study
+from layerscope.run.config_file import SUITE
+from layerscope.study import StudyResult
+from layerscope.study.verdicts import STATUSES
 
 runner = CliRunner()
 

@@ -7,12 +7,12 @@ import pytest
 from matplotlib.collections import PathCollection, PolyCollection
 
 from layerscope.report.plotting import AFTER_NORM, POOLING_COLORS
-from layerscope.studies import StudyResult
 from layerscope.studies.divergence.figures import figures as divergence_figures
-from layerscope.studies.inputs import NORM_CHECK
 from layerscope.studies.phases.figures import figures as phases_figures
-from layerscope.studies.result import make_table
 from layerscope.studies.scaling.figures import figures as scaling_figures
+from layerscope.studies.shared.inputs import NORM_CHECK
+from layerscope.study import StudyResult
+from layerscope.study.result import make_table
 
 N_LAYERS = 4
 R = {"mean": [0.1, 0.3, -0.2, 0.4, 0.5], "last": [0.0, -0.1, 0.2, 0.3, -0.4], "first": [0.2, 0.2, 0.1, 0.0, 0.1]}

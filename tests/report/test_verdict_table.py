@@ -8,7 +8,7 @@ import re
 from html.parser import HTMLParser
 
 from layerscope.report.html import STATUS_CLASSES, STYLE, Section, render_run, verdict_table
-from layerscope.studies.verdicts import STATUSES
+from layerscope.study.verdicts import STATUSES
 
 HOSTILE = '<script>alert("x")</script> & <img src=x onerror=alert(1)>'
 

@@ -17,10 +17,9 @@ from layerscope.cli import app
 from layerscope.data.languages import load_languages
 from layerscope.errors import DatasetError, LayerscopeError
 from layerscope.paths import UnsafeNameError, name_problem, safe_name, safe_slug
-from layerscope.studies import Settings, StudyConfig, StudyResult
-from layerscope.studies import config as config_module
-from layerscope.studies import output as output_module
-from layerscope.studies.config import ConfigError
+from layerscope.run import output as output_module
+from layerscope.study import Settings, StudyConfig, StudyResult, hooks
+from layerscope.study.config import ConfigError
 from layerscope.sweep import SweepPlan
 from layerscope.sweep import run as sweep_run
 from layerscope.sweep.plan import MAX_SLUG, task_slug
@@ -154,7 +153,7 @@ class FakeStudy:
 
 @pytest.mark.parametrize("name", ["con", "nul", "aux", "com1", "lpt9"])
 def test_a_study_named_like_a_windows_device_is_refused_before_it_runs(monkeypatch, name):
-    monkeypatch.setattr(config_module, "get_study", lambda study: FakeStudy())
+    monkeypatch.setitem(hooks._jobs, "study_class", lambda study: FakeStudy)
     with pytest.raises(UnsafeNameError, match=f"study name '{name}' cannot be used as a file name: it is "
                                               f"'{name}', a device name Windows reserves"):
         StudyConfig(study=name)

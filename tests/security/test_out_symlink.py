@@ -15,7 +15,7 @@ from conftest import MARK, error_line
 from layerscope.cli import app
 from layerscope.errors import OutputError
 from layerscope.io import MARKER, check_out_dir, read_marker
-from layerscope.studies import StudyConfig, StudyResult
+from layerscope.study import StudyConfig, StudyResult
 from layerscope.sweep import SweepPlan
 from layerscope.sweep.run import prepare_out
 

@@ -19,17 +19,19 @@ from typer.testing import CliRunner
 
 import layerscope.studies as studies_package
 from layerscope.cli import app
-from layerscope.studies import ConfigError, StudyConfig, registry, run_study
+from layerscope.run import registry, run_study
+from layerscope.study import ConfigError, StudyConfig
 
 STUDIES_DIR = Path(studies_package.__file__).parent
-BUILT_INS = sorted(p.name for p in STUDIES_DIR.iterdir() if (p / "__init__.py").is_file())
-"""The built-in studies, read off the package folder: one sub-package each, named as the study."""
+BUILT_INS = sorted(p.name for p in STUDIES_DIR.iterdir() if (p / "__init__.py").is_file() and p.name != "shared")
+"""The built-in studies, read off the package folder: one sub-package each, named as the study (``shared`` holds
+what several use and is no study)."""
 
 NO_MODEL_STUDY = '''\
 from dataclasses import dataclass
 
-from layerscope.studies import Settings, Study, StudyResult
-from layerscope.studies.result import make_table
+from layerscope.study import Settings, Study, StudyResult
+from layerscope.study.result import make_table
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ class Twin(Divergence):
 '''
 
 SELF_REGISTERING_TWIN = '''\
-from layerscope.studies import register_study
+from layerscope.study import register_study
 from layerscope.studies.divergence import Divergence
 
 

@@ -126,9 +126,9 @@ PLUGIN = '''
 import json, sys
 from pathlib import Path
 
-from layerscope.studies import Study, StudyConfig, StudyResult, register_study
-from layerscope.studies.pages import write_index
-from layerscope.studies.result import layer_row, make_table
+from layerscope.study import Study, StudyConfig, StudyResult, register_study
+from layerscope.run.pages import write_index
+from layerscope.study.result import layer_row, make_table
 
 P = json.loads(sys.argv[1])
 TABLE = "| name | value |\\n| --- | --- |\\n" + "".join(f"| {p} | 1 |\\n" for p in P)

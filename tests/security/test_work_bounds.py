@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from layerscope.cli import app
-from layerscope.studies import StudyConfig
-from layerscope.studies.config import ConfigError
-from layerscope.studies.settings import (
+from layerscope.study import StudyConfig
+from layerscope.study.config import ConfigError
+from layerscope.study.settings import (
     BOUNDS,
     MAX_BATCH_SIZE,
     MAX_BOOTSTRAP,

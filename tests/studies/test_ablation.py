@@ -13,12 +13,12 @@ import torch
 import tiny
 from layerscope.data.languages import load_languages
 from layerscope.errors import DatasetError
-from layerscope.studies import StudyConfig
 from layerscope.studies.ablation.analysis import add_degradation, disparity, disparity_table, verdicts
 from layerscope.studies.ablation.configs import load_configs, standard_configs, sweep_configs
 from layerscope.studies.ablation.runner import Variant, score_configs
-from layerscope.studies.result import jsonable
-from layerscope.studies.settings import ConfigError
+from layerscope.study import StudyConfig
+from layerscope.study.result import jsonable
+from layerscope.study.settings import ConfigError
 
 
 def test_standard_configs_are_the_notebooks_layer_sets():
@@ -177,7 +177,7 @@ def test_runner_equals_a_fresh_copy_quantized_and_scored_text_by_text(tmp_path, 
 
 
 def test_the_disparity_over_few_languages_gets_a_warning():
-    from layerscope.studies.caveats import group_warnings
+    from layerscope.studies.shared.caveats import group_warnings
 
     assert group_warnings(4, 4) == [
         "ablation: the disparity ratio compares the mean degradation of 4 high- with 4 low-resource languages "

@@ -10,14 +10,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from layerscope.studies import StudyConfig, StudyResult, get_study
+from layerscope.run import get_study
 from layerscope.studies.ablation import analyse_model
 from layerscope.studies.ablation.analysis import add_degradation, disparity_table, verdicts
 from layerscope.studies.ablation.figures import figures
 from layerscope.studies.ablation.inference import bootstrap_weights, variant_verdicts
 from layerscope.studies.ablation.report import readable
 from layerscope.studies.ablation.runner import Scores, Variant
-from layerscope.studies.result import jsonable, make_table
+from layerscope.study import StudyConfig, StudyResult
+from layerscope.study.result import jsonable, make_table
 
 LANGS = {"en": "high", "de": "high", "sw": "low", "yo": "low"}
 LEVEL, B, SEED = 0.95, 2000, 7

@@ -36,7 +36,7 @@ def test_reference_bands_and_key_layers():
 
 
 def test_bell_test_segments_shorter_than_ten_layers_get_a_warning():
-    from layerscope.studies.caveats import bell_warnings
+    from layerscope.studies.shared.caveats import bell_warnings
 
     # 30 layers, L* = 3: 3 layers (0-2) before it, 28 (3-30) from it on
     assert bell_warnings("m", 3, 30) == [
@@ -132,9 +132,9 @@ def test_the_profile_without_position_0_and_massive_tokens_equals_numpy_on_the_t
 
     import tiny
     from layerscope.engine.tokens import token_states
-    from layerscope.studies import StudyConfig
     from layerscope.studies.anisotropy.analysis import TOKEN_SETS, analyse_states, profiled_tokens
-    from layerscope.studies.result import make_table
+    from layerscope.study import StudyConfig
+    from layerscope.study.result import make_table
 
     n_layers = 4
     lm = tiny.tiny_lm("llama", adds_bos=True, n_layers=n_layers)
@@ -167,8 +167,8 @@ def test_the_profile_without_position_0_and_massive_tokens_equals_numpy_on_the_t
 
 
 def test_seed_compat_profiles_the_notebooks_token_sets_only():
-    from layerscope.studies import StudyConfig
     from layerscope.studies.anisotropy.analysis import profiled_tokens
+    from layerscope.study import StudyConfig
 
     assert profiled_tokens(StudyConfig(study="anisotropy", compat="seed")) == ["all"]
     assert profiled_tokens(StudyConfig(study="anisotropy", compat="seed", exclude_bos=True)) == ["all", "excl_pos0"]

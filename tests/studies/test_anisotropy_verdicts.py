@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 
 from layerscope.engine.tokens import TokenStates
-from layerscope.studies import StudyResult, get_study
+from layerscope.run import get_study
 from layerscope.studies.anisotropy.analysis import TOKEN_SETS, analyse_model
-from layerscope.studies.result import make_table
+from layerscope.study import StudyResult
+from layerscope.study.result import make_table
 
 N_TEXTS, LENGTH, D = 12, 16, 24
 

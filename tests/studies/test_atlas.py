@@ -14,7 +14,8 @@ import tiny
 from layerscope import load_model
 from layerscope.cli import app
 from layerscope.engine.atlas import atlas_pass
-from layerscope.studies import StudyConfig, StudyResult, run_study
+from layerscope.run import run_study
+from layerscope.study import StudyConfig, StudyResult
 
 runner = CliRunner()
 
@@ -279,7 +280,7 @@ def test_a_one_model_run_writes_its_figures(tmp_path, inputs):
 # -- the suite and a sweep --
 
 def test_the_suite_runs_the_atlas_and_its_page_shows_it(tiny_suite):
-    from layerscope.studies import get_study
+    from layerscope.run import get_study
 
     folder, args = tiny_suite
     assert (folder / "atlas" / "result.json").is_file()

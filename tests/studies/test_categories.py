@@ -7,11 +7,12 @@ import pytest
 
 from layerscope import DatasetError, load_pairs
 from layerscope.data.pairs import MIN_CATEGORIES, check_categories
+from layerscope.run import run_study
+from layerscope.run.suite import check_inputs
 from layerscope.stats import fisher_z_ci, pearson
-from layerscope.studies import StudyConfig, run_study
-from layerscope.studies.categories import study_pairs
-from layerscope.studies.config import ConfigError
-from layerscope.studies.suite import check_inputs
+from layerscope.studies.shared.categories import study_pairs
+from layerscope.study import StudyConfig
+from layerscope.study.config import ConfigError
 
 PAIR_STUDIES = ("divergence", "scaling", "phases")
 
@@ -51,7 +52,7 @@ def test_fewer_than_four_categories_is_a_dataset_error_naming_the_file_and_its_c
 @pytest.mark.parametrize("study", PAIR_STUDIES)
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_every_pair_study_refuses_too_few_categories_before_any_model_loads(tmp_path, monkeypatch, study, n):
-    from layerscope.studies import runner
+    from layerscope.study import per_model as runner
 
     monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     config = StudyConfig(study=study, models=("smollm2-135m",), dataset=dataset(tmp_path, n))
@@ -62,7 +63,7 @@ def test_every_pair_study_refuses_too_few_categories_before_any_model_loads(tmp_
 
 @pytest.mark.parametrize("study", ["divergence", "phases"])
 def test_drop_category_must_leave_four(tmp_path, monkeypatch, study):
-    from layerscope.studies import runner
+    from layerscope.study import per_model as runner
 
     monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     config = StudyConfig(study=study, models=("smollm2-135m",), dataset=dataset(tmp_path, 4), drop_category="topic1")

@@ -1,8 +1,10 @@
 import pytest
 
 from layerscope import ModelLoadError
-from layerscope.studies import ConfigError, StudyConfig, get_study, runner
-from layerscope.studies.config import select_layers
+from layerscope.run import get_study
+from layerscope.study import ConfigError, StudyConfig
+from layerscope.study import per_model as runner
+from layerscope.study.config import select_layers
 
 
 def test_seed_layers_are_every_fourth_plus_the_last():

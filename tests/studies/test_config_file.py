@@ -3,8 +3,8 @@ resolved configs that load back to the same settings."""
 
 import pytest
 
-from layerscope.studies import ConfigError, StudyConfig
-from layerscope.studies.config_file import SUITE, dump_configs, load_config_file, resolve_configs
+from layerscope.run.config_file import SUITE, dump_configs, load_config_file, resolve_configs
+from layerscope.study import ConfigError, StudyConfig
 
 
 def write(tmp_path, name, text):

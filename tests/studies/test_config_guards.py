@@ -12,15 +12,15 @@ from layerscope.data.languages import load_languages
 from layerscope.data.prompts import load_prompts
 from layerscope.data.reference import load_phase_reference
 from layerscope.errors import DatasetError
-from layerscope.studies import ConfigError, StudyConfig
-from layerscope.studies.ablation.configs import load_configs, read_configs
-from layerscope.studies.config_file import (
+from layerscope.run.config_file import (
     MAX_ALIAS_REPEATS,
     dump_configs,
     load_config_file,
     read_config_file,
     resolve_configs,
 )
+from layerscope.studies.ablation.configs import load_configs, read_configs
+from layerscope.study import ConfigError, StudyConfig
 
 
 def write(folder, name, text):

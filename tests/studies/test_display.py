@@ -8,8 +8,9 @@ import pytest
 
 from layerscope import load_run
 from layerscope.errors import OutputError
-from layerscope.studies import StudyResult, SuiteResult, get_study, studies
-from layerscope.studies.display import SCOPE, scoped_style
+from layerscope.run import SuiteResult, get_study, studies
+from layerscope.run.display import SCOPE, scoped_style
+from layerscope.study import StudyResult
 
 BUILT_IN = ["divergence", "scaling", "phases", "anisotropy", "ablation", "atlas", "surgery"]
 

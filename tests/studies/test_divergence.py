@@ -9,7 +9,7 @@ from scipy import stats
 import notebook_reference as notebook
 import synthetic
 from layerscope.studies.divergence.analysis import analyse_model, interpret, pooling_effect, sign_summary
-from layerscope.studies.result import make_table
+from layerscope.study.result import make_table
 
 
 def staged(run, seed=0):
@@ -187,9 +187,9 @@ def test_dropped_category_rows_equal_an_analysis_of_the_dataset_without_it(compa
 
 
 def test_an_unknown_or_too_large_drop_is_a_config_error_before_any_model_loads(monkeypatch, tmp_path):
-    from layerscope.studies import runner
-    from layerscope.studies.config import ConfigError, StudyConfig
     from layerscope.studies.divergence import Divergence
+    from layerscope.study import per_model as runner
+    from layerscope.study.config import ConfigError, StudyConfig
 
     monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     with pytest.raises(ConfigError, match="'nope' is not a category.*choose one of .*numeric_vs_named"):
@@ -218,9 +218,9 @@ def test_length_control_matches_pearsonr_on_hand_built_arrays():
 
 
 def test_small_n_warning_in_the_summary_and_at_the_top_of_the_report(monkeypatch):
-    from layerscope.studies import runner
-    from layerscope.studies.config import StudyConfig
     from layerscope.studies.divergence import Divergence
+    from layerscope.study import per_model as runner
+    from layerscope.study.config import StudyConfig
 
     monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     result = Divergence().run(StudyConfig(study="divergence", models=(), drop_category="numeric_vs_named"))

@@ -16,8 +16,8 @@ from layerscope.engine.activations import Activations, ExtractSettings
 from layerscope.models.info import ModelInfo
 from layerscope.studies.divergence import Divergence
 from layerscope.studies.divergence.analysis import analyse_model, interpret, pooling_effect
-from layerscope.studies.inputs import PairRun
-from layerscope.studies.result import StudyResult, make_table
+from layerscope.studies.shared.inputs import PairRun
+from layerscope.study.result import StudyResult, make_table
 
 E1, E2 = np.eye(4)[0], np.eye(4)[1]
 

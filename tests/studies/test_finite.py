@@ -18,8 +18,9 @@ from typer.testing import CliRunner
 import tiny
 from conftest import SMALL_TEXTS, small_pairs
 from layerscope.cli import app
-from layerscope.studies import StudyConfig, run_study
-from layerscope.studies.finite import NonFiniteError, check_result, check_rows, check_summary, verdict_metrics
+from layerscope.run import run_study
+from layerscope.study import StudyConfig
+from layerscope.study.finite import NonFiniteError, check_result, check_rows, check_summary, verdict_metrics
 
 STUDIES = ("divergence", "scaling", "phases", "anisotropy", "ablation")
 LAYER = 2
@@ -55,7 +56,7 @@ def clean(inputs):
 
 def plant_in_activations(monkeypatch):
     """The pair studies read ``extract``'s activations: one value of text 0 at layer ``LAYER`` becomes NaN."""
-    from layerscope.studies import inputs as pair_inputs
+    from layerscope.studies.shared import inputs as pair_inputs
 
     real = pair_inputs.extract
 

@@ -2,8 +2,9 @@
 
 import math
 
-from layerscope.studies import StudyResult, get_study
-from layerscope.studies.result import make_table
+from layerscope.run import get_study
+from layerscope.study import StudyResult
+from layerscope.study.result import make_table
 
 
 def result(study, summary, rows=()):

@@ -15,12 +15,12 @@ import synthetic
 from layerscope.engine.layers import ArraySource, LayerStack
 from layerscope.errors import ExtractionError
 from layerscope.measures.geometry import centroid_asymmetry
-from layerscope.studies import inputs
 from layerscope.studies.divergence.analysis import analyse_model as divergence
-from layerscope.studies.inputs import PairRun, extracted_layers
 from layerscope.studies.phases.analysis import analyse_model as phases
 from layerscope.studies.phases.analysis import pair_asymmetry
 from layerscope.studies.scaling.analysis import analyse_model as scaling
+from layerscope.studies.shared import inputs
+from layerscope.studies.shared.inputs import PairRun, extracted_layers
 
 N_LAYERS = 8
 

@@ -162,9 +162,9 @@ def test_dropped_category_rows_equal_an_analysis_of_the_dataset_without_it(compa
 
 
 def test_unknown_drop_category_and_small_n_warnings(monkeypatch):
-    from layerscope.studies import runner
-    from layerscope.studies.config import ConfigError, StudyConfig
     from layerscope.studies.phases import Phases, pair_warnings
+    from layerscope.study import per_model as runner
+    from layerscope.study.config import ConfigError, StudyConfig
 
     monkeypatch.setattr(runner, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     with pytest.raises(ConfigError, match="'nope' is not a category.*choose one of"):
@@ -179,9 +179,9 @@ def test_unknown_drop_category_and_small_n_warnings(monkeypatch):
 
 
 def test_report_and_figure_of_a_default_run():
-    from layerscope.studies import StudyResult
     from layerscope.studies.phases import Phases
-    from layerscope.studies.result import make_table
+    from layerscope.study import StudyResult
+    from layerscope.study.result import make_table
 
     run = pair_run(seed=2, sizes=(3, 4, 2))
     summary, rows = analyse_model(run, run.layers, "mean", 200, 0.95, 42, None, n_permutations=300,

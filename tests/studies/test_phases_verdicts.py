@@ -267,8 +267,8 @@ def test_batched_phase_bootstrap_equals_a_loop_over_the_same_resamples():
 
 def test_comparison_rows_carry_their_method_and_the_report_marks_them(tmp_path, pythia):
     from layerscope.data.reference import load_phase_reference
-    from layerscope.studies import StudyResult
-    from layerscope.studies.result import make_table
+    from layerscope.study import StudyResult
+    from layerscope.study.result import make_table
 
     run, summary, rows = pythia
     reference = load_phase_reference()

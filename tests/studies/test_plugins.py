@@ -13,6 +13,8 @@ import runpy
 import subprocess
 import sys
 import textwrap
+from math import comb
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,74 +24,16 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import tiny
 
-TOY_STUDY = '''\
-"""A toy study: the mean L2 norm of each layer's mean-pooled hidden state, times --scale."""
-
-import hashlib
-from dataclasses import dataclass
-
-import numpy as np
-from matplotlib.figure import Figure
-
-from layerscope.engine import extract
-from layerscope.models import load_model
-from layerscope.studies import Settings, Study, StudyConfig, StudyResult, setting
-from layerscope.studies.manifest import manifest, model_entry
-from layerscope.studies.result import layer_row, make_table
-
-TEXTS = ["The cat sat on the mat.", "Prices rose by four percent.", "Ice floats on water.",
-         "She tuned the violin slowly, listening for the beat."]
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "writing-a-study.md"
 
 
-@dataclass(frozen=True)
-class ToySettings(Settings):
-    scale: float = setting("Multiply every norm by this.", default=1.0)
+def guide_file(name: str) -> str:
+    """The fenced block that follows the line naming ``name`` in docs/writing-a-study.md: the plugin a reader
+    copies is the plugin these tests install and run."""
+    text = GUIDE.read_text(encoding="utf-8")
+    after = text[text.index(f"`{name}`:"):]
+    return after.split("```", 2)[1].split("\n", 1)[1]
 
-
-class Toy(Study):
-    name = "toy"                                  # layerscope run toy
-    title = "Toy: hidden-state norms"
-    question = "How long is each layer's mean-pooled hidden state?"
-    Settings = ToySettings                        # --scale on the command line, `toy: {scale: 2}` in a config
-
-    def run(self, config: StudyConfig) -> StudyResult:
-        rows, models, summary = [], [], {}
-        for spec in config.models:
-            lm = load_model(spec, dtype=config.dtype, device=config.device, device_map=config.device_map)
-            acts = extract(lm, TEXTS, poolings=("mean",), batch_size=config.batch_size,
-                           max_length=config.max_length, cache=config.cache)
-            norms = config.scale * np.linalg.norm(acts.pooled["mean"], axis=-1).mean(axis=0)  # (n_layers + 1,)
-            info = acts.model
-            rows += [layer_row(info.name, layer, info.n_layers, "mean_norm", float(value), pooling="mean",
-                               n=len(TEXTS)) for layer, value in enumerate(norms)]
-            peak = int(norms.argmax())
-            summary[info.name] = {"n_layers": info.n_layers, "peak_layer": peak, "peak_norm": float(norms[peak])}
-            models.append(model_entry(info, acts))
-        dataset = {"kind": "texts", "source": "toy_study.TEXTS", "n_texts": len(TEXTS),
-                   "hash": hashlib.sha256("\\n".join(TEXTS).encode()).hexdigest()}
-        return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest(config, models, dataset, {}),
-                           summary={"models": summary, "warnings": []}, table=make_table(rows))
-
-    def figures(self, result: StudyResult) -> dict[str, Figure]:
-        fig = Figure(figsize=(5, 3))
-        ax = fig.subplots()
-        for model, rows in result.table.groupby("model"):
-            ax.plot(rows["layer"], rows["value"], marker="o", label=model)
-        ax.set(xlabel="layer", ylabel="mean L2 norm")
-        return {"toy": fig}                       # -> toy.png
-
-    def report(self, result: StudyResult) -> str:
-        lines = ["# Toy: hidden-state norms", "", "| model | layer | mean norm |", "| --- | --- | --- |"]
-        lines += [f"| {r.model} | {r.layer} | {r.value:.4g} |" for r in result.table.itertuples()]
-        return "\\n".join(lines) + "\\n"
-
-    def headline(self, result: StudyResult) -> list[str]:
-        return [f"{model}: largest mean norm {s['peak_norm']:.4g} at layer {s['peak_layer']} of {s['n_layers']}"
-                for model, s in result.summary["models"].items()]
-
-    def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
-        return {"peak_norm": result.summary["models"][model]["peak_norm"]}
-'''
 
 ANISO2_STUDY = '''\
 from layerscope.studies.anisotropy import Anisotropy
@@ -99,6 +43,15 @@ class Aniso2(Anisotropy):
     name = "aniso2"
     title = "Anisotropy again"
 '''
+
+
+def pip_install(source, target) -> None:
+    """``pip install --no-deps --target TARGET SOURCE``: what a user's install leaves (the module, its
+    dist-info with METADATA and entry_points.txt), without the network (setuptools is in the environment)."""
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                           "--no-deps", "--no-build-isolation", "--no-index", "--target", str(target), str(source)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def dist(folder, name: str, entry_points: str) -> None:
@@ -112,15 +65,17 @@ def dist(folder, name: str, entry_points: str) -> None:
 @pytest.fixture(scope="module")
 def plugins(tmp_path_factory):
     """Two tiny Llama models (different seeds), a prompts file, and two plugin folders: ``toy`` (package
-    toy-plugin) and ``extra`` (aniso2 from package aniso-again, and the broken package broken-plugin)."""
+    toy-plugin, as docs/writing-a-study.md writes it, installed there by pip) and ``extra`` (aniso2 from package
+    aniso-again, and the broken package broken-plugin)."""
     root = tmp_path_factory.mktemp("plugins")
     models = [str(tiny.save(root / name, "llama", adds_bos=False, seed=seed)) for name, seed in (("a", 0), ("b", 1))]
     (root / "prompts.txt").write_text("\n".join(tiny.TEXTS[:6]) + "\n")
-    toy, extra = root / "toy", root / "extra"
-    toy.mkdir()
+    source, toy, extra = root / "toy-plugin", root / "toy", root / "extra"
+    source.mkdir()
     extra.mkdir()
-    (toy / "toy_study.py").write_text(TOY_STUDY)
-    dist(toy, "toy-plugin", "toy = toy_study:Toy")
+    for name in ("pyproject.toml", "toy_study.py"):
+        (source / name).write_text(guide_file(f"toy-plugin/{name}"))
+    pip_install(source, toy)
     (extra / "aniso2_study.py").write_text(ANISO2_STUDY)
     dist(extra, "aniso-again", "aniso2 = aniso2_study:Aniso2")
     (extra / "broken_study.py").write_text("raise ImportError('broken_study needs a package that is missing')\n")
@@ -180,9 +135,10 @@ def runs(plugins):
                 process.communicate()
 
 
-def hand_norms(folder, texts) -> np.ndarray:
+def hand_norms(folder, texts, per_text: bool = False) -> np.ndarray:
     """(n_layers + 1,): per hidden state, the mean over ``texts`` of the L2 norm of the average of the text's
-    token states (the tiny tokenizer adds no BOS, so every token is averaged), each text run alone."""
+    token states (the tiny tokenizer adds no BOS, so every token is averaged), each text run alone;
+    ``per_text``: (n_texts, n_layers + 1), before the mean."""
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     norms = []
@@ -191,7 +147,7 @@ def hand_norms(folder, texts) -> np.ndarray:
             ids = tokenizer(text, return_tensors="pt")["input_ids"]
             hidden = model(input_ids=ids, output_hidden_states=True).hidden_states  # n_layers + 1 x (1, T, d)
             norms.append([h[0].double().mean(dim=0).norm().item() for h in hidden])
-    return np.mean(norms, axis=0)
+    return np.array(norms) if per_text else np.mean(norms, axis=0)
 
 
 @pytest.fixture(scope="module")
@@ -253,3 +209,32 @@ def test_renamed_built_in_runs_and_a_broken_plugin_is_one_warning(plugins, runs)
     table = pd.read_csv(root / "aniso2" / "table.csv")
     assert {"top1_ratio", "effective_rank"} <= set(table["metric"]) and table["layer"].max() == 3
     assert "Anisotropy again" in (root / "aniso2" / "index.html").read_text()
+
+
+def sign_test(norms: np.ndarray) -> tuple[int, float]:
+    """(k, P(X >= k)) for X ~ Binomial(n, 1/2): how many texts' last-layer norm exceeds their embeddings', and the
+    one-sided sign test's p, summed term by term."""
+    n, k = len(norms), int((norms[:, -1] > norms[:, 0]).sum())
+    return k, sum(comb(n, i) for i in range(k, n + 1)) / 2**n
+
+
+def test_toy_verdict_is_the_sign_test_by_hand_beside_its_check(plugins, runs):
+    root, models, toy, _ = plugins
+    texts = runpy.run_path(str(toy / "toy_study.py"))["TEXTS"]
+    norms = hand_norms(models[0], texts, per_text=True)
+    k, p = sign_test(norms)
+    longest = max(range(len(texts)), key=lambda i: len(texts[i]))
+    _, p_without = sign_test(np.delete(norms, longest, axis=0))
+    summary = json.loads((root / "single" / "result.json").read_text())["summary"]["models"][models[0]]
+    assert summary["texts_longer"] == k
+    np.testing.assert_allclose([summary["p"], summary["q"], summary["p_without_longest"]], [p, p, p_without])
+    status = ("not significant" if p >= 0.05 else
+              "holds but fragile" if p_without >= 0.05 else "holds and robust")  # one model: q = p
+    page = (root / "single" / "index.html").read_text()
+    flips = "without the longest text" if status == "holds but fragile" else "none"
+    badge = {"holds and robust": "status-robust", "holds but fragile": "status-fragile",
+             "not significant": "status-not-significant"}[status]
+    row = (f"<td>{models[0]}</td><td>the last layer&#x27;s state is longer than the embeddings&#x27;</td><td>"
+           f'<span class="status {badge}">{status}</span></td><td>texts = {k}, q = ')
+    assert row in page
+    assert f"</td><td>{flips}</td></tr>" in page[page.index(row):]

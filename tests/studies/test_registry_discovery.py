@@ -18,13 +18,16 @@ import sys
 from pathlib import Path
 
 import layerscope.studies as studies_package
-from layerscope.studies.registry import ENTRY_POINT_GROUP
+from layerscope.run.registry import ENTRY_POINT_GROUP
 
-BUILT_INS = sorted(p.name for p in Path(studies_package.__file__).parent.iterdir() if (p / "__init__.py").is_file())
-"""The built-in studies, read off the package folder: one sub-package each, named as the study."""
+BUILT_INS = sorted(p.name for p in Path(studies_package.__file__).parent.iterdir()
+                   if (p / "__init__.py").is_file() and p.name != "shared")
+"""The built-in studies, read off the package folder: one sub-package each, named as the study (``shared`` holds
+what several use and is no study)."""
 
 LOOKUP_PLUGIN = '''\
-from layerscope.studies import get_study, studies
+from layerscope import get_study
+from layerscope.run import studies
 
 SEEN = sorted(studies())                  # what a plugin sees while discovery imports it
 Base = type(get_study("divergence"))      # the built-in, by name
@@ -36,7 +39,7 @@ class LookupDivergence(Base):
 '''
 
 IMPORT_PLUGIN = '''\
-from layerscope.studies import studies
+from layerscope.run import studies
 from layerscope.studies.divergence import Divergence
 
 SEEN = sorted(studies())
@@ -48,7 +51,7 @@ class ImportDivergence(Divergence):
 '''
 
 TWIN_PLUGIN = '''\
-from layerscope.studies import get_study
+from layerscope import get_study
 
 
 class Twin(type(get_study("divergence"))):
@@ -57,7 +60,7 @@ class Twin(type(get_study("divergence"))):
 
 REPORT = '''\
 import json, sys
-from layerscope.studies import get_study, registry, studies
+from layerscope.run import get_study, registry, studies
 from layerscope.studies.divergence import Divergence
 
 names = [n for n in studies() if n not in {built_ins!r}]

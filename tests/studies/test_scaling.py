@@ -87,9 +87,9 @@ def test_seed_mode_profile_is_r_and_p_only():
 
 
 def test_scaling_warns_about_few_categories(monkeypatch):
-    from layerscope.studies import inputs
-    from layerscope.studies.config import StudyConfig
     from layerscope.studies.scaling import Scaling
+    from layerscope.studies.shared import inputs
+    from layerscope.study.config import StudyConfig
 
     monkeypatch.setattr(inputs, "pair_runs", lambda config, pairs, timings: iter([staged(pair_run(seed=9))]))
     summary = Scaling().run(StudyConfig(study="scaling", models=("synthetic",))).summary

@@ -13,9 +13,9 @@ from scipy import stats
 from layerscope.data.pairs import Category, PairDataset
 from layerscope.engine.activations import Activations, ExtractSettings
 from layerscope.models.info import ModelInfo
-from layerscope.studies.inputs import PairRun
 from layerscope.studies.scaling import Scaling
 from layerscope.studies.scaling.analysis import analyse_model, assess
+from layerscope.studies.shared.inputs import PairRun
 
 PREF = np.array([-1.2, -0.7, -0.4, -0.1, 0.2, 0.5, 0.9, 1.4])
 """Category preference NLL(B) - NLL(A) of the 8 categories."""
@@ -86,8 +86,8 @@ def profile(n_layers: int, peak: int, height: float = 0.97, base: float = 0.3) -
 
 def run_study(monkeypatch, tmp_path, runs: list[PairRun]):
     """Scaling.run on ``runs`` (as if extracted), with a dataset file of the same 8 categories."""
-    from layerscope.studies import inputs
-    from layerscope.studies.config import StudyConfig
+    from layerscope.studies.shared import inputs
+    from layerscope.study.config import StudyConfig
 
     path = tmp_path / "pairs.json"
     path.write_text(json.dumps({c.name: {"pairs": [list(p) for p in c.pairs]} for c in dataset().categories}))

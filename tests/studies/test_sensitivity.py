@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from layerscope.stats import cooks_distance, dependent_r_test, leave_one_out_r
-from layerscope.studies.sensitivity import check_entry, influence, not_significant, robustness, sign_flips
+from layerscope.study.sensitivity import check_entry, influence, not_significant, robustness, sign_flips
 
 
 def test_leave_one_out_r_equals_corrcoef_without_each_point():

@@ -15,7 +15,7 @@ from layerscope import load_model
 from layerscope.cli import app
 from layerscope.engine.surgery import Intervention
 from layerscope.engine.surgery_run import measure_interventions
-from layerscope.studies import StudyResult
+from layerscope.study import StudyResult
 
 runner = CliRunner()
 N_LAYERS = 6
@@ -205,7 +205,7 @@ def test_surgery_jobs_never_cut_max_k():
 # -- the suite and a sweep --
 
 def test_the_suite_runs_surgery_and_its_page_shows_it(tiny_suite):
-    from layerscope.studies import get_study
+    from layerscope.run import get_study
 
     folder, args = tiny_suite
     result = StudyResult.load(folder / "surgery")
@@ -220,7 +220,7 @@ def test_the_suite_runs_surgery_and_its_page_shows_it(tiny_suite):
 
 
 def test_a_two_model_sweep_gathers_the_surgery_numbers(tmp_path, inputs):
-    from layerscope.studies import StudyConfig
+    from layerscope.study import StudyConfig
     from layerscope.sweep import SweepPlan, run_sweep
     from layerscope.sweep.gather import profile_rows
 

@@ -8,10 +8,11 @@ import pandas as pd
 import pytest
 
 from layerscope.errors import LayerscopeError, ResultFileError
-from layerscope.studies import Study, get_study
-from layerscope.studies.pages import _verdicts
-from layerscope.studies.result import StudyResult
-from layerscope.studies.verdicts import STATUSES, Verdict, VerdictError, key_text, status_of
+from layerscope.run import get_study
+from layerscope.run.pages import _verdicts
+from layerscope.study import Study
+from layerscope.study.result import StudyResult
+from layerscope.study.verdicts import STATUSES, Verdict, VerdictError, key_text, status_of
 
 ROBUST, FRAGILE, NOT_SIG, NA = "holds and robust", "holds but fragile", "not significant", "not assessable"
 SEED = "(the notebook's rule, no test)"
@@ -88,7 +89,7 @@ def test_pages_turn_a_damaged_result_and_a_bad_row_into_clear_errors(tmp_path):
 
     with pytest.raises(ResultFileError, match="lacks what a divergence run writes"):
         _verdicts(Raises(), result("divergence", {"models": {"m": {"pooling_comparison": []}}}), tmp_path)
-    with pytest.raises(VerdictError, match="return a list of layerscope.studies.verdicts.Verdict"):
+    with pytest.raises(VerdictError, match="return a list of layerscope.study.verdicts.Verdict"):
         _verdicts(Returns(), result("divergence", {}), tmp_path)
 
 

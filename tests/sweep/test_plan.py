@@ -4,8 +4,8 @@ import pandas as pd
 import pytest
 
 from layerscope.errors import OutputError
-from layerscope.studies import StudyConfig
-from layerscope.studies.config import ConfigError
+from layerscope.study import StudyConfig
+from layerscope.study.config import ConfigError
 from layerscope.sweep import SweepPlan, dump_plan, load_sweep_file, split_revision, training_step
 from layerscope.sweep.gather import profile_rows
 from layerscope.sweep.plan import task_slug

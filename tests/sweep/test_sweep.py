@@ -13,7 +13,7 @@ import hubcache
 import tiny
 from browser import render
 from layerscope.cli import app
-from layerscope.studies import StudyConfig, StudyResult
+from layerscope.study import StudyConfig, StudyResult
 from layerscope.sweep import SweepPlan, run_sweep
 
 FAST = {"n_permutations": 200}  # scaling reads no n_bootstrap: passing it is an error (issue 13)

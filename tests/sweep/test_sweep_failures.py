@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 import tiny
 from layerscope.cli import app
-from layerscope.studies import StudyResult
+from layerscope.study import StudyResult
 from layerscope.sweep.plan import task_folders, task_slug
 
 runner = CliRunner()

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.collections import PolyCollection
 
-from layerscope.studies import StudyConfig
+from layerscope.study import StudyConfig
 from layerscope.sweep.figures import dynamics_figure, metric_figures, readable
 from layerscope.sweep.gather import profile_rows
 from layerscope.sweep.report import sweep_report

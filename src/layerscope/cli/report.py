@@ -24,9 +24,9 @@ def report_command(
                                       "existing ones. The page then shows the SVG of a figure that has one."),
 ) -> None:
     """Rebuild FOLDER/index.html from the run folder's result.json, table.csv, figures and report.md."""
-    from ..studies.config import figure_formats  # the studies (and torch) only when the command runs
-    from ..studies.output import rewrite_figures
-    from ..studies.pages import write_index
+    from ..run.output import rewrite_figures
+    from ..run.pages import write_index
+    from ..study.config import figure_formats  # the studies (and torch) only when the command runs
 
     formats = figure_formats(figure_format) if figure_format is not None else None
     if not folder.is_dir():

@@ -46,11 +46,11 @@ def run_command(
         print_studies()
         return
     from ..io import check_out_dir  # the studies (and torch) only when the command runs
-    from ..studies import get_study, run_study
-    from ..studies.config import ConfigError
-    from ..studies.config_file import dump_configs, read_config_file, resolve_configs
-    from ..studies.output import input_paths
-    from ..studies.suite import check_inputs, find_partial, run_suite, with_default_models
+    from ..run import get_study, run_study
+    from ..run.config_file import dump_configs, read_config_file, resolve_configs
+    from ..run.output import input_paths
+    from ..run.suite import check_inputs, find_partial, run_suite, with_default_models
+    from ..study.config import ConfigError
     from ..sweep import SweepPlan
 
     setup_logging(verbose)
@@ -109,7 +109,7 @@ def studies_command() -> None:
 def print_studies() -> None:
     """One line per study: name, origin, title (a plugin's strings as plain text), then each name several plugins
     offer (their names and the fix are in the registry's ``warning:`` line on stderr)."""
-    from ..studies.registry import PICK_VARIABLE, listing, unavailable
+    from ..run.registry import PICK_VARIABLE, listing, unavailable
 
     rows = [("STUDY", "ORIGIN", "TITLE"), *listing()]
     rows += [(name, "unavailable", f"several plugins offer it; set {PICK_VARIABLE}={name}=DISTRIBUTION")

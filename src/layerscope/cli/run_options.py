@@ -100,7 +100,7 @@ class RunCommand(TyperCommand):
 
     @cached_property
     def setting_options(self) -> list[SettingOption]:
-        from ..studies.registry import studies
+        from ..run.registry import studies
 
         for param in self.params:
             if param.name == "study":
@@ -116,7 +116,7 @@ class RunCommand(TyperCommand):
 
     def _peek_study(self, ctx: Context, args: list[str]) -> str | None:
         """The STUDY argument on the command line, if it names a registered study (parsing nothing for good)."""
-        from ..studies.registry import studies
+        from ..run.registry import studies
 
         try:
             opts, _, _ = self.make_parser(ctx).parse_args(args=list(args))
@@ -129,7 +129,7 @@ class RunCommand(TyperCommand):
 def _shown_for(option: SettingOption, study: str | None) -> Parameter:
     """A copy of ``option.param`` with the help ``run STUDY --help`` gives it (all studies' when ``study`` is None):
     hidden when ``study`` does not read it, else with that study's own help text and default."""
-    from ..studies.registry import studies
+    from ..run.registry import studies
 
     param = copy.copy(option.param)
     shared = option.readers is None
@@ -151,8 +151,8 @@ def build_options(taken: set[str]) -> list[SettingOption]:
     """One option per setting: the shared ones, then each study's own in suite order (first declaration wins).
     ``taken``: the names and flags the command has already; a setting that would reuse one is left out (with a
     warning) and can still be set in a config file."""
-    from ..studies.config import COMMON, StudyConfig
-    from ..studies.config_file import fields, used_by
+    from ..run.config_file import fields, used_by
+    from ..study.config import COMMON, StudyConfig
 
     specs: list[tuple[str, Any, Any]] = []
     found: list[tuple[str, bool]] = []

@@ -15,7 +15,7 @@ the run folder whose bytes are what its name says (:mod:`layerscope.report.figur
 one warning line.
 
 A :class:`Section` is one study's part of a run page, in plain values (title, headline lines, its rows of the
-summary table, method notes, its folder's figures and report.md); :mod:`layerscope.studies.pages` builds them from
+summary table, method notes, its folder's figures and report.md); :mod:`layerscope.run.pages` builds them from
 run folders.
 """
 

@@ -1,18 +1,20 @@
-"""The studies: each turns one notebook into a function from a config to a result; each is one package that
-registers itself (:func:`register_study`), and other packages add more through entry points.
+"""The built-in studies, one package each, every one registering itself with ``@register_study`` when
+imported: ``divergence``, ``scaling``, ``phases``, ``anisotropy``, ``ablation``, ``atlas``, ``surgery``;
+``shared`` holds what several of them use. A study here imports the study API (:mod:`layerscope.study`) and the
+lower layers (engine, measures, report, data, stats), never another study nor ``layerscope.run``.
 
-    from layerscope.studies import StudyConfig, run_study
-    result = run_study(StudyConfig(study="divergence", models=("smollm2-135m",)))
-    result.write("runs/divergence")
-    load_run("runs/20261122-153000")    # a finished suite (or study) folder back, to display in a notebook
+    from layerscope.studies.divergence import Divergence      # a built-in study's class, e.g. to subclass
+
+The names a plugin imported from here before the study API had its own package still work
+(``from layerscope.studies import Study, StudyConfig, StudyResult, Settings, setting, register_study``);
+new code imports them from :mod:`layerscope.study`.
 """
 
-from .base import Study
-from .config import ConfigError, StudyConfig
-from .display import SuiteResult, load_run
-from .registry import get_study, register_study, run_study, studies
-from .result import StudyResult
-from .settings import PairSettings, Settings, setting
+from ..study.base import Study
+from ..study.config import StudyConfig
+from ..study.registry import register_study
+from ..study.result import StudyResult
+from ..study.settings import ConfigError, PairSettings, Settings, setting
 
-__all__ = ["ConfigError", "PairSettings", "Settings", "Study", "StudyConfig", "StudyResult", "SuiteResult",
-           "get_study", "load_run", "register_study", "run_study", "setting", "studies"]
+__all__ = ["ConfigError", "PairSettings", "Settings", "Study", "StudyConfig", "StudyResult", "register_study",
+           "setting"]

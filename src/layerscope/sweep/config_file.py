@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
-from ..studies.config import ConfigError
-from ..studies.config_file import read_config_file, resolve_configs
+from ..run.config_file import read_config_file, resolve_configs
+from ..study.config import ConfigError
 from .plan import SweepPlan
 
 SWEEP_KEYS = {"revisions": list, "executor": str, "ray_address": str, "workers": int, "gpus_per_task": (int, float)}

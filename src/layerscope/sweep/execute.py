@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..studies.config import ConfigError, StudyConfig
+from ..study.config import ConfigError, StudyConfig
 from .plan import SweepPlan, Task
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ def run_task(config: StudyConfig, folder: Path, cwd: str | None = None) -> dict:
     driver's working folder, so relative model paths mean the same on a local Ray worker.
     """
     from ..errors import LayerscopeError
-    from ..studies import get_study, run_study
+    from ..run import get_study, run_study
 
     if cwd is not None and os.path.isdir(cwd):
         os.chdir(cwd)

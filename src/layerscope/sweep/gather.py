@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..studies import StudyResult, get_study
-from ..studies.config import StudyConfig
+from ..run import get_study
+from ..run.pages import load_result
+from ..study.config import StudyConfig
 from .plan import Task
 
 SIDE_COLUMNS = ("category", "rank", "phase", "layer_b", "model_b", "position_class")
@@ -45,7 +46,7 @@ def task_rows(tasks: list[Task], outcomes: dict[str, dict]) -> list[dict]:
                                                                              "not run"),
                "error": outcome.get("error"), "seconds": outcome.get("seconds")}
         if task.done():
-            result = StudyResult.load(task.folder)
+            result = load_result(task.folder)
             study = get_study(result.study)
             (name, summary), = result.summary["models"].items()
             model = result.manifest["models"][0]

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from ..models.spec import split_revision
 from ..paths import safe_slug
-from ..studies.config import ConfigError, StudyConfig
-from ..studies.settings import MAX_GPUS_PER_TASK, check_bound
+from ..study.config import ConfigError, StudyConfig
+from ..study.settings import MAX_GPUS_PER_TASK, check_bound
 
 EXECUTORS = ("serial", "ray")
 

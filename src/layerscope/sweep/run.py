@@ -38,11 +38,11 @@ from ..io import (
 from ..paths import name_problem, safe_slug
 from ..provenance import library_versions
 from ..report.plotting import FIGURE_FORMATS, save_figure, styled
-from ..studies import get_study
-from ..studies.config import StudyConfig
-from ..studies.output import input_paths
-from ..studies.result import jsonable
-from ..studies.suite import check_inputs
+from ..run import get_study
+from ..run.output import input_paths
+from ..run.suite import check_inputs
+from ..study.config import StudyConfig
+from ..study.result import jsonable
 from .config_file import dump_plan
 from .execute import execute
 from .figures import dynamics_figure, metric_figures

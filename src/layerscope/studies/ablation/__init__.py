@@ -15,14 +15,14 @@ from ...errors import short
 from ...models import decoder_layers
 from ...quant import RECIPES, recipe_for
 from ...quant.fake import parse_scheme
-from ..base import Study
-from ..caveats import MIN_N, group_warnings
-from ..config import StudyConfig
-from ..manifest import manifest, model_entry
-from ..registry import register_study
-from ..result import StudyResult, make_table
-from ..runner import each_model
-from ..settings import ConfigError, Settings, by_compat, check_n_bootstrap, setting
+from ...study.base import Study
+from ...study.config import StudyConfig
+from ...study.manifests import manifest, model_entry
+from ...study.per_model import each_model
+from ...study.registry import register_study
+from ...study.result import StudyResult, make_table
+from ...study.settings import ConfigError, Settings, by_compat, check_n_bootstrap, setting
+from ..shared.caveats import MIN_N, group_warnings
 from .analysis import VERDICT_METRICS
 from .claims import claims as study_claims
 from .configs import load_configs, read_configs, standard_configs, sweep_configs

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..finite import check_rows
+from ...study.finite import check_rows
 from .summary import ConfigRow, Verdicts
 
 MIN_HR_DEGRADATION = 0.001

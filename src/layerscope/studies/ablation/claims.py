@@ -7,8 +7,8 @@ reduction and the left-out languages that flip it.
 
 from __future__ import annotations
 
-from ..result import StudyResult
-from ..verdicts import NOT_ASSESSABLE, Verdict, flipped, seed_claim, status_of
+from ...study.result import StudyResult
+from ...study.verdicts import NOT_ASSESSABLE, Verdict, flipped, seed_claim, status_of
 from .summary import AblationSummary, H5Verdict
 
 TESTED = {"SUPPORTED": True, "NOT_SUPPORTED": False, "INCONCLUSIVE": False}

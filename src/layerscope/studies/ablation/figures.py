@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ...report.plotting import COLORS, MARKERS, figure, figure_slug
-from ..result import StudyResult
+from ...study.result import StudyResult
 from .summary import AblationSummary, ConfigRow, SweepRow, VariantSummary
 
 LOG_ABOVE = 100.0

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ...stats import percentile_ci, resample_indices
-from ..sensitivity import check_entry, robustness
+from ...study.sensitivity import check_entry, robustness
 from .analysis import BROKEN_PPL_RATIO, H5_THRESHOLD, MIN_HR_DEGRADATION, disparity_table, verdicts
 from .summary import ConfigRow, H5Verdict, Halves, LanguageCheck, Synergy, Verdicts
 

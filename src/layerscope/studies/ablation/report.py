@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from ...quant import RECIPES
 from ...report.markdown import md_table, md_text, number
-from ..caveats import warning_lines
-from ..result import StudyResult
+from ...study.result import StudyResult
+from ..shared.caveats import warning_lines
 from .analysis import BROKEN_PPL_RATIO, H5_THRESHOLD
 from .summary import AblationSummary, ConfigRow, VariantSummary, Verdicts
 

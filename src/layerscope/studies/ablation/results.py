@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from ..config import StudyConfig
+from ...study.config import StudyConfig
 from .analysis import add_degradation, check_scored, median_ppl_ratio, sweep_table
 from .configs import Variant
 from .inference import variant_verdicts

@@ -23,14 +23,14 @@ from pathlib import Path
 
 from ...data.prompts import load_prompts
 from ...engine.tokens import token_states
-from ..base import Study
-from ..caveats import bell_warnings
-from ..config import StudyConfig
-from ..manifest import manifest, model_entry
-from ..registry import register_study
-from ..result import StudyResult, make_table
-from ..runner import each_model
-from ..settings import MAX_LAYER, Settings, check_count, setting
+from ...study.base import Study
+from ...study.config import StudyConfig
+from ...study.manifests import manifest, model_entry
+from ...study.per_model import each_model
+from ...study.registry import register_study
+from ...study.result import StudyResult, make_table
+from ...study.settings import MAX_LAYER, Settings, check_count, setting
+from ..shared.caveats import bell_warnings
 from .analysis import TOKEN_SETS, VERDICT_METRICS, analyse_states, headline_tokens
 from .claims import claims as study_claims
 from .figures import figures as draw_figures

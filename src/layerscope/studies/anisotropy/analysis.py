@@ -25,10 +25,10 @@ from ...errors import LayerscopeError
 from ...measures.spectrum import anisotropy_metrics
 from ...report.markdown import number
 from ...stats import bh_qvalues
-from ..caveats import MIN_N
-from ..config import ConfigError
-from ..finite import check_rows, check_values, defined
-from ..result import layer_row
+from ...study.config import ConfigError
+from ...study.finite import check_rows, check_values, defined
+from ...study.result import layer_row
+from ..shared.caveats import MIN_N
 from .drivers import (
     SINK_RATIO,
     bell_label,
@@ -43,7 +43,7 @@ from .drivers import (
 from .summary import AnisotropyAnalysis, Bell, ReferenceMatch, Sink, TokenSet
 
 if TYPE_CHECKING:
-    from ..config import StudyConfig
+    from ...study.config import StudyConfig
 
 METRICS = ("eigenvalue_variance", "top1_ratio", "effective_rank", "cos_to_mean", "var_top10", "var_top50")
 OUTLIER_METRICS = ("n_outlier_dims", "outlier_share_top1", "top1_ratio_without_outliers")

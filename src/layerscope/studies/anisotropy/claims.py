@@ -7,8 +7,8 @@ around L* (its two slopes with their q) and where L* is (fragile when a token se
 from __future__ import annotations
 
 from ...report.markdown import number
-from ..result import StudyResult
-from ..verdicts import NOT_ASSESSABLE, Verdict, each_model, flipped, seed_claim, status_of
+from ...study.result import StudyResult
+from ...study.verdicts import NOT_ASSESSABLE, Verdict, each_model, flipped, seed_claim, status_of
 from .analysis import slope_text
 from .summary import AnisotropyModel, Bell, headline_set
 

@@ -18,7 +18,7 @@ import pandas as pd
 from ...engine.massive import MASSIVE_RATIO, massive_tokens
 from ...engine.tokens import TokenStates
 from ...measures.spectrum import covariance_spectrum, metrics_from_spectrum
-from ..sensitivity import check_entry
+from ...study.sensitivity import check_entry
 from .summary import Bell, Driver, LStarCheck, Massive, TokenSet
 
 SINK_RATIO = 5.0

@@ -14,7 +14,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from ...report.plotting import COLORS, after_norm_marker, figure, figure_slug, split_stage
-from ..result import StudyResult
+from ...study.result import StudyResult
 from .analysis import TOKEN_SETS
 from .drivers import bell_label
 from .summary import AnisotropyModel, AnisotropySummary, headline_set

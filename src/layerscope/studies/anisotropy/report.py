@@ -9,8 +9,8 @@ from __future__ import annotations
 import pandas as pd
 
 from ...report.markdown import md_table, md_text, method_line, number
-from ..caveats import MIN_N, warning_lines
-from ..result import StudyResult
+from ...study.result import StudyResult
+from ..shared.caveats import MIN_N, warning_lines
 from .analysis import METRICS, MIN_SEGMENT, TOKEN_SETS
 from .drivers import DRIVER_SHARE, bell_label
 from .summary import AnisotropyModel, AnisotropySummary, LStarCheck, TokenSet, headline_set

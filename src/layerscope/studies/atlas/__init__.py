@@ -21,13 +21,13 @@ from ...engine.atlas import atlas_pass
 from ...engine.atlas_sums import CONVENTIONS
 from ...errors import short
 from ...measures.intrinsic import ESTIMATORS
-from ..base import Study
-from ..config import StudyConfig
-from ..manifest import add_timings, manifest, model_entry
-from ..registry import register_study
-from ..result import StudyResult, make_table
-from ..runner import each_model
-from ..settings import (
+from ...study.base import Study
+from ...study.config import StudyConfig
+from ...study.manifests import add_timings, manifest, model_entry
+from ...study.per_model import each_model
+from ...study.registry import register_study
+from ...study.result import StudyResult, make_table
+from ...study.settings import (
     LAYERS_HELP,
     ConfigError,
     Settings,

@@ -27,7 +27,7 @@ from ...measures.cka_debiased import debiased_cka_matrix, random_cka_baseline
 from ...measures.entropy import matrix_entropy
 from ...measures.intrinsic import twonn_dimension
 from ...measures.similarity import cka_matrix
-from ..result import layer_row
+from ...study.result import layer_row
 from .boundaries import atlas_boundaries
 from .summary import AtlasModel
 

@@ -21,7 +21,7 @@ import numpy as np
 from ...engine.atlas import AtlasPass
 from ...measures.boundaries import CONSENSUS, BoundaryFit, bootstrap_boundaries, lower_median
 from ...measures.changepoints import thirds
-from ..result import layer_row
+from ...study.result import layer_row
 from .resample import draw_weights, resampled_profiles
 from .summary import Boundaries
 

@@ -8,8 +8,8 @@ a boundary "holds" where the fit finds it.
 
 from __future__ import annotations
 
-from ..result import StudyResult
-from ..verdicts import NOT_ASSESSABLE, Verdict, status_of
+from ...study.result import StudyResult
+from ...study.verdicts import NOT_ASSESSABLE, Verdict, status_of
 from .boundaries import VARIANTS
 from .summary import AtlasModel, AtlasSummary
 

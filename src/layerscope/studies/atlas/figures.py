@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from ...engine.massive_profile import CLASSES
 from ...report.plotting import figure, figure_slug
-from ..result import StudyResult
+from ...study.result import StudyResult
 from .summary import AtlasSummary
 
 BREAKS_OF = {"prompt_entropy_normalised": "prompt_entropy", "dataset_entropy_normalised": "dataset_entropy"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ...report.markdown import md_table, md_text, number
-from ..result import StudyResult
+from ...study.result import StudyResult
 from .boundaries import FAMILIES, VARIANTS
 from .summary import AtlasModel, AtlasSummary, Boundaries
 

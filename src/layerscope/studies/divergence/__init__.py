@@ -11,14 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...report.markdown import number, signed
-from ..base import Study
-from ..categories import study_pairs
-from ..caveats import category_warnings, small_n_caveat
-from ..config import StudyConfig
-from ..inputs import analyse_pairs
-from ..registry import register_study
-from ..result import StudyResult, make_table
-from ..settings import PAIR_NOTES, PairSettings, setting
+from ...study.base import Study
+from ...study.config import StudyConfig
+from ...study.registry import register_study
+from ...study.result import StudyResult, make_table
+from ...study.settings import PAIR_NOTES, PairSettings, setting
+from ..shared.categories import study_pairs
+from ..shared.caveats import category_warnings, small_n_caveat
+from ..shared.inputs import analyse_pairs
 from .analysis import VERDICT_METRICS, analyse_model
 from .claims import claims as study_claims
 from .figures import figures as draw_figures

@@ -22,14 +22,14 @@ import numpy as np
 from ...engine.pooling import POOLINGS
 from ...report.markdown import number, signed
 from ...stats import dependent_r_test, pearson, sign_changes
-from ..categories import category_pref, category_tests, category_ua
-from ..correlation import Significance, add_q, pearson_tests, spearman_tests
-from ..finite import check_rows, check_values, defined
-from ..inputs import PairRun
-from ..length import length_control
-from ..result import layer_row
-from ..sensitivity import influence, not_significant, sign_flips
-from ..subsets import in_subset, subset_name, with_stage
+from ...study.finite import check_rows, check_values, defined
+from ...study.result import layer_row
+from ...study.sensitivity import influence, not_significant, sign_flips
+from ..shared.categories import category_pref, category_tests, category_ua
+from ..shared.correlation import Significance, add_q, pearson_tests, spearman_tests
+from ..shared.inputs import PairRun
+from ..shared.length import length_control
+from ..shared.subsets import in_subset, subset_name, with_stage
 from .summary import DivergenceModel, PoolingTest, PoolingVerdict, SignChange, headline_entry
 
 VERDICT_METRICS = ("pref", "ua")

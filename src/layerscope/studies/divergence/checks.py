@@ -21,13 +21,13 @@ from __future__ import annotations
 import numpy as np
 
 from ...stats import pearson
-from ..categories import category_ua
-from ..correlation import Significance
-from ..finite import check_values
-from ..inputs import NORM_CHECK, PairRun, check_runs
-from ..result import layer_row
-from ..sensitivity import check_entry, influence, robustness, sign_flips
-from ..subsets import subset_name, with_stage
+from ...study.finite import check_values
+from ...study.result import layer_row
+from ...study.sensitivity import check_entry, influence, robustness, sign_flips
+from ..shared.categories import category_ua
+from ..shared.correlation import Significance
+from ..shared.inputs import NORM_CHECK, PairRun, check_runs
+from ..shared.subsets import subset_name, with_stage
 from .analysis import POOLINGS, tested_profile, verdict, verdict_key
 from .summary import Check, DivergenceModel, PoolingVerdict, SignChange, headline_entry
 

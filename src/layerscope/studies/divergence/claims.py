@@ -6,8 +6,8 @@ the headline layer (the last tested one), with its interval, q and the sensitivi
 
 from __future__ import annotations
 
-from ..result import StudyResult
-from ..verdicts import NOT_ASSESSABLE, Verdict, flipped, key_text, seed_claim, status_of
+from ...study.result import StudyResult
+from ...study.verdicts import NOT_ASSESSABLE, Verdict, flipped, key_text, seed_claim, status_of
 from .summary import DivergenceModel, DivergenceSummary, headline_entry
 
 

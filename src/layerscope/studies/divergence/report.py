@@ -12,10 +12,10 @@ import pandas as pd
 
 from ...engine.pooling import POOLINGS
 from ...report.markdown import md_table, md_text, method_line, number, signed
-from ..caveats import legend_lines, warning_lines
-from ..length import length_paragraph
-from ..result import StudyResult
-from ..subsets import on_subset
+from ...study.result import StudyResult
+from ..shared.caveats import legend_lines, warning_lines
+from ..shared.length import length_paragraph
+from ..shared.subsets import on_subset
 from .analysis import fisher_z_note, interval_text, layer_span
 from .summary import DivergenceModel, DivergenceSummary, PoolingVerdict, SignChange, headline_entry
 

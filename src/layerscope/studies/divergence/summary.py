@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
-from ..length import LengthControl
+from ..shared.length import LengthControl
 
 
 class SignChange(TypedDict):

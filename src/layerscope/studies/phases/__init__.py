@@ -16,14 +16,11 @@ from ...data import PairDataset
 from ...data.reference import THIS_RUN, load_phase_reference, mark_comparable
 from ...errors import short
 from ...report.markdown import signed
-from ..base import Study
-from ..categories import study_pairs
-from ..caveats import MIN_N, small_n_warning
-from ..config import StudyConfig
-from ..inputs import analyse_pairs, without_category
-from ..registry import register_study
-from ..result import StudyResult, make_table
-from ..settings import (
+from ...study.base import Study
+from ...study.config import StudyConfig
+from ...study.registry import register_study
+from ...study.result import StudyResult, make_table
+from ...study.settings import (
     PAIR_NOTES,
     POOLING_HELP,
     ConfigError,
@@ -33,6 +30,9 @@ from ..settings import (
     check_pooling,
     setting,
 )
+from ..shared.categories import study_pairs
+from ..shared.caveats import MIN_N, small_n_warning
+from ..shared.inputs import analyse_pairs, without_category
 from .analysis import VERDICT_METRICS, analyse_run
 from .claims import claims as study_claims
 from .figures import figures as draw_figures

@@ -29,18 +29,18 @@ from ...measures.geometry import centroid_asymmetry
 from ...progress import steps
 from ...report.markdown import number, signed
 from ...stats import bca_pearson_ci, bootstrap_pearson, pearson, percentile_ci, resample_indices
-from ..correlation import add_q, pearson_tests, spearman_tests
-from ..finite import check_values, defined
-from ..inputs import NORM_CHECK, TOKEN_CHECKS, PairRun, check_runs
-from ..length import length_control
-from ..result import layer_row
-from ..sensitivity import check_entry, not_significant, robustness
-from ..subsets import in_subset, subset_name
+from ...study.finite import check_values, defined
+from ...study.result import layer_row
+from ...study.sensitivity import check_entry, not_significant, robustness
+from ..shared.correlation import add_q, pearson_tests, spearman_tests
+from ..shared.inputs import NORM_CHECK, TOKEN_CHECKS, PairRun, check_runs
+from ..shared.length import length_control
+from ..shared.subsets import in_subset, subset_name
 from .bootstrap import index_batches, interval, phase_bootstrap
 from .summary import CentroidComparison, PhaseDifference, PhaseMeans, PhasesCheck, PhasesModel
 
 if TYPE_CHECKING:
-    from ..config import StudyConfig
+    from ...study.config import StudyConfig
 
 PATTERNS = {
     "PYTHIA_PATTERN": "positive early, negative late",

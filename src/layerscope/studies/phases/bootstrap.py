@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ...stats import BATCH_VALUES, pearson_along, percentile_ci, resample_indices
-from ..finite import defined
+from ...study.finite import defined
 
 
 def index_batches(n: int, n_resamples: int, seed: int, values_per_index: int = 1) -> Iterator[np.ndarray]:

@@ -7,8 +7,8 @@ the sensitivity checks that flip it.
 
 from __future__ import annotations
 
-from ..result import StudyResult
-from ..verdicts import NOT_ASSESSABLE, Verdict, each_model, flipped, key_text, seed_claim, status_of
+from ...study.result import StudyResult
+from ...study.verdicts import NOT_ASSESSABLE, Verdict, each_model, flipped, key_text, seed_claim, status_of
 from .summary import PhaseMean, PhasesModel
 
 PHASES = ("early", "mid", "late")

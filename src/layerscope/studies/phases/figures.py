@@ -11,8 +11,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ...report.plotting import COLORS, MARKERS, after_norm_marker, band, figure, interval_label, split_stage, zero_line
-from ..inputs import PROFILE_SUBSETS as SUBSETS
-from ..result import StudyResult
+from ...study.result import StudyResult
+from ..shared.inputs import PROFILE_SUBSETS as SUBSETS
 from .summary import PhasesSummary
 
 

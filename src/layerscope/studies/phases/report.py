@@ -10,10 +10,10 @@ from __future__ import annotations
 import pandas as pd
 
 from ...report.markdown import md_table, md_text, method_line, number, signed
-from ..caveats import legend_lines, warning_lines
-from ..length import length_paragraph
-from ..result import StudyResult
-from ..subsets import on_subset
+from ...study.result import StudyResult
+from ..shared.caveats import legend_lines, warning_lines
+from ..shared.length import length_paragraph
+from ..shared.subsets import on_subset
 from .analysis import DECOUPLED_WITHIN, EARLY_ABOVE, LATE_BELOW, MIN_PHASE_LAYERS
 from .summary import (
     CentroidComparison,

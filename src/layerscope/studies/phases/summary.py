@@ -9,7 +9,7 @@ without ``--drop-category``).
 
 from typing import NotRequired, TypedDict
 
-from ..length import LengthControl
+from ..shared.length import LengthControl
 
 
 class PhaseMean(TypedDict):

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..base import Study
-from ..categories import study_pairs
-from ..caveats import MIN_N, category_warnings
-from ..config import StudyConfig
-from ..inputs import analyse_pairs
-from ..registry import register_study
-from ..result import StudyResult, make_table
-from ..sensitivity import robustness
-from ..settings import PAIR_NOTES, POOLING_HELP, PairSettings, check_pooling, setting
+from ...study.base import Study
+from ...study.config import StudyConfig
+from ...study.registry import register_study
+from ...study.result import StudyResult, make_table
+from ...study.sensitivity import robustness
+from ...study.settings import PAIR_NOTES, POOLING_HELP, PairSettings, check_pooling, setting
+from ..shared.categories import study_pairs
+from ..shared.caveats import MIN_N, category_warnings
+from ..shared.inputs import analyse_pairs
 from .analysis import EMBEDDING_LAYER, VERDICT_METRICS, analyse_model, peak_stability, peak_verdict
 from .claims import claims as study_claims
 from .figures import figures as draw_figures

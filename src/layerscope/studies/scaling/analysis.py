@@ -20,13 +20,13 @@ import numpy as np
 from ...errors import LayerscopeError
 from ...report.markdown import number, signed
 from ...stats import sign_changes
-from ..categories import category_pref, category_tests, category_ua
-from ..correlation import Significance, add_q, spearman_tests
-from ..finite import check_values, defined
-from ..inputs import NORM_CHECK, PairRun, check_runs
-from ..result import layer_row
-from ..sensitivity import check_entry, not_significant, robustness, sign_flips
-from ..subsets import in_subset, subset_name
+from ...study.finite import check_values, defined
+from ...study.result import layer_row
+from ...study.sensitivity import check_entry, not_significant, robustness, sign_flips
+from ..shared.categories import category_pref, category_tests, category_ua
+from ..shared.correlation import Significance, add_q, spearman_tests
+from ..shared.inputs import NORM_CHECK, PairRun, check_runs
+from ..shared.subsets import in_subset, subset_name
 from .summary import Family, PeakCheck, PeakVerdict, ScalingModel, SeedStability, SignChange
 
 STABLE_STD_PCT = 10.0

@@ -6,8 +6,8 @@ across model sizes (one row for the run), and each model's peak with its interva
 
 from __future__ import annotations
 
-from ..result import StudyResult
-from ..verdicts import NOT_ASSESSABLE, Verdict, flipped, key_text, seed_claim, status_of
+from ...study.result import StudyResult
+from ...study.verdicts import NOT_ASSESSABLE, Verdict, flipped, key_text, seed_claim, status_of
 from .summary import PeakVerdict, ScalingModel, ScalingSummary, SeedStability
 
 STABILITY = "peak depth across model sizes"

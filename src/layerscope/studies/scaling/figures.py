@@ -19,8 +19,8 @@ from ...report.plotting import (
     split_stage,
     zero_line,
 )
-from ..inputs import PROFILE_SUBSETS as SUBSETS
-from ..result import StudyResult
+from ...study.result import StudyResult
+from ..shared.inputs import PROFILE_SUBSETS as SUBSETS
 from .summary import ScalingSummary
 
 

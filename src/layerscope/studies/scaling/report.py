@@ -7,8 +7,8 @@
 from __future__ import annotations
 
 from ...report.markdown import md_table, md_text, method_line, number, signed
-from ..caveats import legend_lines, warning_lines
-from ..result import StudyResult
+from ...study.result import StudyResult
+from ..shared.caveats import legend_lines, warning_lines
 from .summary import PeakCheck, PeakVerdict, ScalingModel, ScalingSummary, SignChange
 
 

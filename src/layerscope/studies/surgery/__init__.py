@@ -22,13 +22,13 @@ from ...engine.transitions import block_transitions
 from ...errors import DatasetError, short, spelled
 from ...models.info import decoder_layers
 from ...progress import note
-from ..base import Study
-from ..config import StudyConfig
-from ..manifest import manifest, model_entry
-from ..registry import register_study
-from ..result import StudyResult, make_table
-from ..runner import each_model
-from ..settings import ConfigError, Settings, check_count, check_n_bootstrap, parse_layers, setting
+from ...study.base import Study
+from ...study.config import StudyConfig
+from ...study.manifests import manifest, model_entry
+from ...study.per_model import each_model
+from ...study.registry import register_study
+from ...study.result import StudyResult, make_table
+from ...study.settings import ConfigError, Settings, check_count, check_n_bootstrap, parse_layers, setting
 from .analysis import Groups, Options, analyse
 from .claims import claims as study_claims
 from .figures import figures as draw_figures

@@ -18,8 +18,8 @@ from ...engine.transitions import Transitions
 from ...measures.changepoints import piecewise_linear_breaks
 from ...measures.paired import group_difference, paired_effects, placement_test, rank_sum_p
 from ...stats import bh_qvalues, percentile_ci, spearman
-from ..finite import defined
-from ..result import layer_row
+from ...study.finite import defined
+from ...study.result import layer_row
 from .jobs import SurgeryJobs
 
 METRICS = ("delta_nll", "kl", "top1_agree", "final_cos")

@@ -9,8 +9,8 @@ sets, and whether the phase boundaries hold causally (the given ones, else this 
 from __future__ import annotations
 
 from ...report.markdown import number, signed
-from ..result import StudyResult
-from ..verdicts import NOT_ASSESSABLE, Verdict, key_text, status_of
+from ...study.result import StudyResult
+from ...study.verdicts import NOT_ASSESSABLE, Verdict, key_text, status_of
 from .report import BOUNDARY_SETS
 
 LISTED = 6

@@ -17,7 +17,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from ...report.plotting import COLORS, band, figure, figure_slug, zero_line
-from ..result import StudyResult
+from ...study.result import StudyResult
 
 LINES = {"given": ("-", "boundary (given)"), "change_points": ("--", "block influence change point"),
          "thirds": (":", "thirds")}

@@ -8,7 +8,7 @@ geometry predicts it, whether the phase boundaries hold causally, and the prunin
 from __future__ import annotations
 
 from ...report.markdown import md_table, md_text, number
-from ..result import StudyResult
+from ...study.result import StudyResult
 
 RULES = {"block_influence": "lowest block influence (ShortGPT)",
          "angular_distance": "closest contiguous block (Gromov et al.)"}

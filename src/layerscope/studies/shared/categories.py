@@ -14,13 +14,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..data import PairDataset, load_pairs
-from ..data.pairs import CATEGORY_RULE, MIN_CATEGORIES, check_categories
-from ..measures.geometry import uniformity
-from ..stats import pearson
+from ...data import PairDataset, load_pairs
+from ...data.pairs import CATEGORY_RULE, MIN_CATEGORIES, check_categories
+from ...measures.geometry import uniformity
+from ...stats import pearson
+from ...study.settings import ConfigError
 from .correlation import Significance, pearson_tests
 from .inputs import without_category
-from .settings import ConfigError
 
 
 def study_pairs(dataset: str | None, drop_category: str | None = None) -> PairDataset:

@@ -8,7 +8,7 @@
 
 One renderer, two callers: a notebook's HTML is :func:`~layerscope.report.html.summary_html` and
 :func:`~layerscope.report.html.section_html`, the functions that write ``index.html``, fed by the same
-:func:`~layerscope.studies.pages.section`. A result still in memory is written to a temporary run folder first
+:func:`~layerscope.run.pages.section`. A result still in memory is written to a temporary run folder first
 (its figures drawn and its report rendered as ``layerscope run`` would), so it looks exactly like its page.
 Everything from outside is escaped there, as on the page; the style is scoped to the output's own ``<div>``.
 """
@@ -25,8 +25,8 @@ from pathlib import Path
 from ..errors import OutputError
 from ..report.figure_files import warn_skipped
 from ..report.html import STYLE, Section, section_html, summary_html
-from .pages import section, study_folders
-from .result import StudyResult
+from ..study.result import StudyResult
+from .pages import load_result, section, study_folders
 
 SCOPE = "layerscope-output"
 """The class of the ``<div>`` a notebook output sits in: its style rules reach nothing outside it."""
@@ -87,7 +87,7 @@ class SuiteResult(Mapping[str, StudyResult]):
             raise OutputError(f"{folder} is not a suite folder (no study sub-folders with a result.json); pass the "
                               "folder `layerscope run` wrote for several studies, or load one study with "
                               "StudyResult.load")
-        return cls(folder=folder, results={sub.name: StudyResult.load(sub) for sub in subs})
+        return cls(folder=folder, results={sub.name: load_result(sub) for sub in subs})
 
     def __getitem__(self, study: str) -> StudyResult:
         return self.results[study]
@@ -108,7 +108,7 @@ def load_run(folder: str | os.PathLike) -> StudyResult | SuiteResult:
     a folder holding neither is an :class:`OutputError` naming what to pass."""
     folder = Path(folder)
     if (folder / "result.json").is_file():
-        return StudyResult.load(folder)
+        return load_result(folder)
     if not folder.is_dir():
         raise OutputError(f"{folder} is not a folder; pass a run folder written by `layerscope run`")
     return SuiteResult.load(folder)

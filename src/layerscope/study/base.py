@@ -1,4 +1,4 @@
-"""The interface every study implements; a study is one package that registers itself.
+"""The interface every study implements; a study is one package that registers itself (``@register_study``).
 
     @register_study
     class MyStudy(Study):
@@ -8,7 +8,7 @@
         compat_notes = (("notebook method", "layerscope default"),)   # what --compat seed changes
 
         def check_inputs(self, config): ...              # read its input files, before any model loads
-        def run(self, config) -> StudyResult: ...        # load (models.runner.each_model), analyse
+        def run(self, config) -> StudyResult: ...        # load (each_model), analyse
         def figures(self, result) -> dict[str, Figure]: ...   # from result alone
         def report(self, result) -> str: ...              # markdown, from result alone
         def headline(self, result) -> list[str]: ...      # one line per verdict

@@ -31,12 +31,12 @@ from ..progress import stage, steps
 from ..report.html import check_page
 from ..report.markdown import no_raw_html
 from ..report.plotting import save_figure, styled
-from .config import figure_formats
+from ..study.config import figure_formats
+from ..study.result import StudyResult
+from ..study.settings import file_fields, is_file_setting
 from .config_file import dump_configs
-from .pages import finished_studies, write_index
+from .pages import finished_studies, load_result, write_index
 from .registry import get_study, study_class
-from .result import StudyResult
-from .settings import file_fields, is_file_setting
 
 
 def input_paths(config: Mapping[str, Any]) -> list[str]:
@@ -89,7 +89,7 @@ def rewrite_figures(folder: Path, formats: tuple[str, ...]) -> list[Path]:
     subs = finished_studies(folder)
     check_page(folder / "index.html")  # a page of the user's there: fail before writing anything
     files = {sub / name: data for sub in subs  # all drawn first: a damaged study folder stops it before any write
-             for name, data in render_figures(StudyResult.load(sub), formats).items()}
+             for name, data in render_figures(load_result(sub), formats).items()}
     for path, data in files.items():
         with atomic_file(path, size=len(data)) as f:
             f.write(data)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..io import atomic_file, check_out_dir, clear_stale, replace_dir, worded_writes, write_marker
-from .config import StudyConfig
+from ..study.config import StudyConfig
 from .config_file import dump_configs
 from .output import input_paths
 from .pages import write_index

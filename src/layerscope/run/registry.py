@@ -1,6 +1,6 @@
 """Every study by name: the built-in ones and those other packages add.
 
-    @register_study                       # in the study's own package
+    @register_study                       # in the study's own package (layerscope.study.register_study)
     class Toy(Study): name = "toy"; ...
 
     studies()                             # {name: Study}, in suite order
@@ -16,7 +16,7 @@ package adds one through the entry-point group ``layerscope.studies``, naming a 
 
 A plugin that fails to load is reported in one ``warning:`` line naming it; the other studies still run.
 The built-in studies are registered before any plugin is imported, so a plugin module may build on one either
-way: ``Base = type(get_study("divergence"))`` (or ``study_class("divergence")``) or
+way: ``Base = type(layerscope.get_study("divergence"))`` (or ``study_class("divergence")`` from here) or
 ``from layerscope.studies.divergence import Divergence``, then ``class Mine(Base): name = "mine"``. While
 plugins are being imported, only the built-in studies can be looked up.
 
@@ -41,14 +41,15 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import studies as built_in_studies
 from ..errors import short
-from ..paths import NAME_FIX, name_problem
-from .base import Study
-from .settings import ConfigError
+from ..study.base import Study
+from ..study.registry import check_study, listen
+from ..study.settings import ConfigError
 
 if TYPE_CHECKING:
-    from .config import StudyConfig
-    from .result import StudyResult
+    from ..study.config import StudyConfig
+    from ..study.result import StudyResult
 
 ENTRY_POINT_GROUP = "layerscope.studies"
 PICK_VARIABLE = "LAYERSCOPE_PLUGINS"
@@ -83,12 +84,8 @@ _loaded = False  # _load has started (or finished)
 _resolved = False  # _load has finished: a study registered from now on is placed at once
 
 
-def register_study(cls: type[Study]) -> type[Study]:
-    """Class decorator: make ``cls`` runnable by its ``name`` (``layerscope run NAME``, suites, sweeps).
-
-    A class of a sub-package of ``layerscope.studies`` is built-in; any other is a plugin study, which never
-    replaces a built-in one nor, silently, another plugin's (see the module docstring)."""
-    _check_study(cls)
+def _take(cls: type[Study]) -> None:
+    """What ``@register_study`` hands over: a built-in study, an entry point's, or one registered in code."""
     if _plugin is not None:
         _offer(_OFFERED, cls, _plugin)
     elif _is_built_in(cls):
@@ -99,7 +96,6 @@ def register_study(cls: type[Study]) -> type[Study]:
         _offer(_OFFERED, cls, origin)
     if _resolved:
         _resolve()
-    return cls
 
 
 def studies() -> dict[str, Study]:
@@ -149,7 +145,7 @@ def run_study(config: StudyConfig) -> StudyResult:
     result is refused when a number its verdicts are computed from is NaN or inf (:func:`finite.check_result`),
     and where its manifest gets ``study_origin`` (the registry's word, whatever the study wrote there).
     """
-    from .finite import check_result
+    from ..study.finite import check_result
 
     study = get_study(config.study)
     if not config.models:
@@ -175,27 +171,12 @@ def reload_plugins() -> None:
     _load()
 
 
-def _check_study(cls: object) -> None:
-    if not (isinstance(cls, type) and issubclass(cls, Study)):
-        raise TypeError(f"{cls!r} is not a layerscope Study subclass")
-    for attr in ("name", "title", "question"):
-        if not isinstance(getattr(cls, attr, None), str) or not getattr(cls, attr).strip():
-            raise TypeError(f"study {cls.__name__} needs a class attribute {attr!r} (a non-empty string)")
-    if not cls.name.replace("_", "").isalnum() or not cls.name.isascii() or cls.name != cls.name.lower():
-        raise TypeError(f"study name {short(cls.name)} must be lower-case letters, digits and underscores")
-    problem = name_problem(cls.name)
-    if problem is not None:
-        raise TypeError(f"study name {short(cls.name)} cannot name its run folder: it {problem}; {NAME_FIX}")
-    if not (isinstance(cls.Settings, type) and dataclasses.is_dataclass(cls.Settings)):
-        raise TypeError(f"{cls.__name__}.Settings must be a frozen dataclass subclassing Settings")
-
-
 def _is_built_in(cls: type[Study]) -> bool:
     """Whether ``cls`` is defined in a module of this package's own folder (a module name alone can be borrowed)."""
     module = sys.modules.get(cls.__module__)
     file = getattr(module, "__file__", None)
-    return (cls.__module__.startswith(f"{__package__}.") and file is not None
-            and Path(file).resolve().is_relative_to(Path(__file__).resolve().parent))
+    return (cls.__module__.startswith(f"{built_in_studies.__name__}.") and file is not None
+            and Path(file).resolve().is_relative_to(Path(built_in_studies.__file__).resolve().parent))
 
 
 def _offer(into: dict[str, dict[type[Study], Origin]], cls: type[Study], origin: Origin) -> None:
@@ -323,10 +304,9 @@ def _load() -> None:
     if _loaded:
         return
     _loaded = True
-    package = importlib.import_module(__package__)
-    for module in pkgutil.iter_modules(package.__path__):
+    for module in pkgutil.iter_modules(built_in_studies.__path__):
         if module.ispkg:
-            importlib.import_module(f"{__package__}.{module.name}")
+            importlib.import_module(f"{built_in_studies.__name__}.{module.name}")
     _place_built_ins()  # before any plugin is imported: one may look a built-in up to subclass it
     _OFFERED.clear()  # the entry points installed now (a reload forgets an uninstalled package's)
     _OFFERED.update({name: dict(offered) for name, offered in _FROM_CODE.items()})
@@ -338,7 +318,7 @@ def _load() -> None:
                 cls = entry.load()
             finally:
                 _plugin = None
-            _check_study(cls)
+            check_study(cls)
             if _BUILT_INS.get(cls.name) is not cls:  # an entry point may name a built-in class: nothing new
                 _offer(_OFFERED, cls, origin)
         except Exception as exc:  # noqa: BLE001 - a broken plugin must not stop the built-in studies
@@ -347,3 +327,6 @@ def _load() -> None:
             _warn(f"study plugin {entry.name!r} ({entry.value}, {where}) failed to load and is skipped: {detail}")
     _resolve()
     _resolved = True
+
+
+listen(_take)  # every study class registered, before this module was imported or after

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..stats import bh_qvalues, fisher_z_ci, pearson, permutation_pvalues, spearman
+from ...stats import bh_qvalues, fisher_z_ci, pearson, permutation_pvalues, spearman
 
 
 @dataclass(frozen=True)

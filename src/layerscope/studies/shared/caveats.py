@@ -9,8 +9,8 @@ default-mode report shows.
 
 from __future__ import annotations
 
-from ..data import PairDataset
-from ..report.markdown import md_text
+from ...data import PairDataset
+from ...report.markdown import md_text
 from .inputs import without_category
 
 MIN_N = 10
@@ -50,7 +50,7 @@ def group_warnings(n_high: int, n_low: int) -> list[str]:
 def category_warnings(study: str, pairs: PairDataset, drop_category: str | None = None) -> list[str]:
     """Small-n warnings for category-level correlations on ``pairs`` and, given ``drop_category``, on the
     pairs without it (``ConfigError`` if that is not a category; check the minimum with
-    :func:`~layerscope.studies.categories.study_pairs`)."""
+    :func:`~layerscope.studies.shared.categories.study_pairs`)."""
     warnings = small_n_warning(study, len(pairs.categories), "categories", "category-level")
     if drop_category is not None:
         without = without_category(pairs, drop_category)

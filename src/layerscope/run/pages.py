@@ -10,9 +10,20 @@ from pathlib import Path
 
 from ..errors import OutputError, ResultFileError, short
 from ..report.html import Section, check_page, render_run, write_page
+from ..study.result import StudyResult, rerun_hint
+from ..study.verdicts import Verdict, VerdictError
 from .registry import get_study, studies
-from .result import StudyResult, rerun_hint
-from .verdicts import Verdict, VerdictError
+
+
+def load_result(folder: Path) -> StudyResult:
+    """:meth:`StudyResult.load`, and a :class:`ResultFileError` when the study it names runs under no name here
+    (the file is damaged, or the plugin that wrote it is gone)."""
+    result = StudyResult.load(folder)
+    if result.study not in studies():
+        path = Path(folder) / "result.json"
+        raise ResultFileError(f"{path} names an unknown study {result.study[:40]!r}; it is damaged: "
+                              f"{rerun_hint(Path(folder))}")
+    return result
 
 
 def study_folders(folder: Path) -> list[Path]:
@@ -46,7 +57,7 @@ def write_index(folder: Path, name: str | None = None) -> Path:
 def section(sub: Path, root: Path, result: StudyResult | None = None) -> Section:
     """One study folder as a page section: its result (read back unless given), its study's title, notes, headline
     and its rows of the summary table."""
-    result = result if result is not None else StudyResult.load(sub)
+    result = result if result is not None else load_result(sub)
     study = get_study(result.study)
     seed = result.config.get("compat") == "seed"
     return Section(anchor=sub.name if sub != root else result.study, title=study.title, question=study.question,
@@ -75,7 +86,7 @@ def _verdicts(study, result: StudyResult, folder: Path) -> list[tuple[str, str, 
     for v in verdicts:
         if not isinstance(v, Verdict):
             raise VerdictError(f"study {short(result.study)}'s verdicts() returned {short(v)}; return a list of "
-                               "layerscope.studies.verdicts.Verdict")
+                               "layerscope.study.verdicts.Verdict")
     return [v.row() for v in verdicts]
 
 

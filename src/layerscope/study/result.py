@@ -20,6 +20,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..errors import ResultFileError
+from . import hooks
+
 SCHEMA_VERSION = 1
 
 TABLE_COLUMNS = ["model", "layer", "n_layers", "depth", "pooling", "metric", "value", "ci_lo", "ci_hi", "p", "n"]
@@ -45,16 +48,12 @@ class StudyResult:
 
     def write(self, out: str | os.PathLike, force: bool = False) -> Path:
         """Write the run folder atomically: nothing appears in ``out`` unless all of it does."""
-        from .output import write_result
-
-        self.folder = write_result(self, Path(out), force=force)
+        self.folder = hooks.write(self, Path(out), force=force)
         return self.folder
 
     def _repr_html_(self) -> str:
         """In a notebook: the study's section of ``index.html`` (verdicts with their checks, figures, report)."""
-        from .display import study_html
-
-        return study_html(self)
+        return hooks.html(self)
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> StudyResult:
@@ -74,9 +73,6 @@ def rerun_hint(folder: Path) -> str:
 
 
 def _read_result_json(path: Path) -> dict[str, Any]:
-    from ..errors import ResultFileError
-    from .registry import studies
-
     fix = rerun_hint(path.parent)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -90,14 +86,10 @@ def _read_result_json(path: Path) -> dict[str, Any]:
     if bad:
         raise ResultFileError(f"{path} is not a layerscope result (no valid {', '.join(map(repr, bad))}); the "
                               f"file is damaged: {fix}")
-    if data["study"] not in studies():
-        raise ResultFileError(f"{path} names an unknown study {data['study'][:40]!r}; it is damaged: {fix}")
     return data
 
 
 def _read_table(path: Path) -> pd.DataFrame:
-    from ..errors import ResultFileError
-
     fix = rerun_hint(path.parent)
     try:
         table = pd.read_csv(path)

@@ -97,7 +97,7 @@ def setting(help: str, *, default: Any = None, file: bool = False, keywords: tup
 
 
 def by_compat(method: Callable[[Any, str | None], Any]) -> Callable[[Any, str | None], Any]:
-    """Mark ``method(settings, compat)`` as a value :class:`~layerscope.studies.config.StudyConfig` exposes as an
+    """Mark ``method(settings, compat)`` as a value :class:`~layerscope.study.config.StudyConfig` exposes as an
     attribute: ``config.quant_scheme`` is ``config.settings.quant_scheme(config.compat)``."""
     method.by_compat = True  # type: ignore[attr-defined]
     return method

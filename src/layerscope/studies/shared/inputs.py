@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..data import PairDataset
-from ..engine import Activations, extract
-from ..engine.layers import LayerStack
-from ..models import ModelInfo
-from .config import ConfigError, StudyConfig, select_layers
-from .manifest import add_timings, dataset_entry, manifest, model_entry
-from .runner import each_model
+from ...data import PairDataset
+from ...engine import Activations, extract
+from ...engine.layers import LayerStack
+from ...models import ModelInfo
+from ...study.config import ConfigError, StudyConfig, select_layers
+from ...study.manifests import add_timings, dataset_entry, manifest, model_entry
+from ...study.per_model import each_model
 
 
 @dataclass

@@ -11,8 +11,8 @@ from typing import TypedDict
 
 import numpy as np
 
-from ..report.markdown import number, signed
-from ..stats import pearson
+from ...report.markdown import number, signed
+from ...stats import pearson
 from .inputs import PairRun
 
 

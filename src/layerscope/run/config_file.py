@@ -38,9 +38,9 @@ import yaml
 
 from ..data.files import file_problem
 from ..errors import short
-from .config import COMMON, ConfigError, StudyConfig, absolute_model, absolute_path
+from ..study.config import COMMON, ConfigError, StudyConfig, absolute_model, absolute_path
+from ..study.settings import is_file_setting
 from .registry import studies
-from .settings import is_file_setting
 
 
 def __getattr__(name: str) -> Any:

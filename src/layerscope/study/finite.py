@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import LayerscopeError
+from . import hooks
 from .result import StudyResult
 
 FIX = ("no verdict is computed from it; the model's activations or NLL overflowed or hold NaN there: run it in "
@@ -36,10 +37,8 @@ class NonFiniteError(LayerscopeError):
 def verdict_metrics(study: str) -> tuple[str, ...]:
     """The table metrics whose values ``study``'s verdicts and headlines are computed from
     (``Study.verdict_metrics``)."""
-    from .registry import study_class
-
     try:
-        return study_class(study).verdict_metrics
+        return hooks.study_class(study).verdict_metrics
     except LayerscopeError:  # an unknown study: nothing to check
         return ()
 

@@ -23,7 +23,7 @@ from ..models.load import is_dtype_name
 from ..models.spec import path_exists, split_revision
 from ..paths import control_char, safe_name
 from ..report.plotting import FIGURE_FORMATS
-from .registry import get_study
+from . import hooks
 from .settings import ConfigError, Settings, absolute_path, check_bound, parse_layers, select_layers
 
 __all__ = ["COMMON", "ConfigError", "StudyConfig", "absolute_model", "absolute_path", "figure_formats", "model_name",
@@ -88,7 +88,7 @@ class StudyConfig:
     settings: Settings = field(default=None, metadata={"help": "The study's own settings."})  # type: ignore
 
     def __init__(self, study: str, models: Any = (), *, settings: Settings | None = None, **kwargs: Any):
-        cls = get_study(study).Settings
+        cls = hooks.study_class(study).Settings
         safe_name(study, "study name")  # it names the study's folder in a suite and the default --out
         common = {key: kwargs.pop(key) for key in list(kwargs) if key in COMMON}
         if settings is not None and not isinstance(settings, cls):
