@@ -37,8 +37,9 @@ unit: $(STAMP)  ## the fast tier: no real model, no resume, suite reproduction o
 integration: $(STAMP)
 	$(BIN)/python -m pytest -q -m integration
 
-lint: $(STAMP)  ## ruff (the version pinned in requirements.lock), rules in pyproject.toml
+lint: $(STAMP)  ## ruff (the version pinned in requirements.lock) and the import contracts (lint-imports), both in pyproject.toml
 	$(BIN)/ruff check
+	$(BIN)/lint-imports --no-cache --no-logo
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/extract_vs_seed.py

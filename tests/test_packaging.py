@@ -49,9 +49,9 @@ def test_every_imported_package_is_declared():
 
 
 def test_the_guides_plugin_is_the_tested_plugin():
-    """docs/writing-a-study.md's package is what tests/studies/test_plugins.py installs (it copies the blocks out
+    """docs/writing-a-study.md's package is what tests/run/test_plugins.py installs (it copies the blocks out
     of the page): the module defines the entry point's class, and the pyproject names it."""
-    tested = runpy.run_path(str(ROOT / "tests" / "studies" / "test_plugins.py"))
+    tested = runpy.run_path(str(ROOT / "tests" / "run" / "test_plugins.py"))
     module = runpy.run_path(str(_write(tested["guide_file"]("toy-plugin/toy_study.py"))))
     assert module["Toy"].name == "toy" and module["Toy"].Settings is module["ToySettings"]
     toml = tomllib.loads(tested["guide_file"]("toy-plugin/pyproject.toml"))

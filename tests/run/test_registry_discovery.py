@@ -8,7 +8,7 @@ entry_points.txt) in ``tmp_path``, as ``pip install`` would leave it, found thro
 Discovery runs in a fresh ``python`` with ``tmp_path`` on ``PYTHONPATH``: the regression is in the registry's
 first load, which a reload in this process (its built-ins already placed) would not go through again.
 
-    .venv/bin/python -m pytest -q tests/studies/test_registry_discovery.py
+    .venv/bin/python -m pytest -q tests/run/test_registry_discovery.py
 """
 
 import json
