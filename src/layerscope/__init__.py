@@ -8,6 +8,9 @@
     acts.nll_mean                                 # (n_texts,)
     m = ls.measure_interventions(lm, texts, [ls.Intervention.skip(3)])   # m[iv].nll, .kl, ... per text
     ls.lens(lm, "The capital of France is")       # the logit lens of one prompt: top-k per layer and position
+    ls.probe(acts, labels, groups=groups)         # cross-validated probes per hidden state, with a control task
+    ls.steer(lm, texts, state=12, vector=v, alpha=1.0)   # mean NLL per text with alpha * v added at state 12
+    ls.run_study(ls.StudyConfig(study="probe"))   # a study by name; result.write("runs/probe")
 
 Names that need torch are imported on first use (PEP 562), so ``import layerscope`` (and ``layerscope --help``)
 stays fast.
@@ -26,6 +29,8 @@ if TYPE_CHECKING:
     from .data import PairDataset, load_pairs
     from .engine import POOLINGS, Activations, ExtractSettings, extract
     from .engine.lens_prompt import lens
+    from .engine.probing import probe
+    from .engine.steering import steer
     from .engine.surgery import Intervention, intervened
     from .engine.surgery_run import measure_interventions
     from .models import DEFAULT_MODEL, ZOO, LoadedModel, ModelInfo, load_model
@@ -38,14 +43,14 @@ _LAZY = {"PairDataset": "data", "load_pairs": "data", "POOLINGS": "engine", "Act
          "intervened": "engine.surgery", "measure_interventions": "engine.surgery_run",
          "StudyConfig": "study", "StudyResult": "study", "Study": "study", "register_study": "study",
          "SuiteResult": "run", "get_study": "run", "load_run": "run", "run_study": "run",
-         "write_result": "run", "lens": "engine.lens_prompt"}
+         "write_result": "run", "lens": "engine.lens_prompt", "probe": "engine.probing", "steer": "engine.steering"}
 
 __all__ = [
     "DEFAULT_MODEL", "POOLINGS", "ZOO", "Activations", "DatasetError", "ExtractSettings", "ExtractionError",
     "Intervention", "LayerscopeError", "LoadedModel", "ModelInfo", "ModelLoadError", "OutputError", "PairDataset",
     "Study", "StudyConfig", "StudyResult", "SuiteResult", "__version__", "extract", "get_study", "intervened",
-    "lens", "load_model", "load_pairs", "load_run", "measure_interventions", "register_study", "run_study",
-    "write_result",
+    "lens", "load_model", "load_pairs", "load_run", "measure_interventions", "probe", "register_study", "run_study",
+    "steer", "write_result",
 ]
 
 

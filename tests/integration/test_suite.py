@@ -29,11 +29,12 @@ def test_layerscope_run_writes_every_study_and_a_page_chromium_renders(tmp_path)
                     "ablation/ablation_notebook_scheme.png", "ablation/ablation_notebook_scheme_layer_error.png",
                     "anisotropy/anisotropy_profile.png", "anisotropy/eigenvalue_spectrum.png",
                     "atlas/atlas_profiles.png", "atlas/cka_smollm2-135m.png", "atlas/massive_map_smollm2-135m.png",
-                    "divergence/divergence.png", "phases/phases.png", "scaling/scaling.png",
+                    "divergence/divergence.png", "phases/phases.png", "probe/probe_category_smollm2-135m.png",
+                    "probe/probe_side_smollm2-135m.png", "scaling/scaling.png",
                     "surgery/surgery_layers_smollm2-135m.png", "surgery/surgery_pruning_smollm2-135m.png"]
     check = render(folder / "index.html")
     assert len(check["images"]) == len(pngs) and all(check["images"])  # every figure embedded and decoded
     assert check["sections"][0] == "Summary of verdicts" and check["sections"][-1] == "Manifest"
     page = (folder / "index.html").read_text(encoding="utf-8")
-    assert page.count('<table class="summary-table">') == 1  # the verdicts of all seven studies in one table
+    assert page.count('<table class="summary-table">') == 1  # the verdicts of all eight studies in one table
     assert page.index('<table class="summary-table">') < page.index('<h2 id="divergence">')

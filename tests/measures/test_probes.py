@@ -1,0 +1,247 @@
+"""measures.probes (and the batched logistic regression behind its permutation nulls) against values computed
+here from the definitions: mass-mean probes by a plain loop over folds rebuilt with scikit-learn's splitter, AUROC by
+scikit-learn and by the rank-sum formula, control tasks by counting, decodable_from on hand-made profiles."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from scipy.stats import rankdata
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
+from sklearn.model_selection import GroupKFold, StratifiedGroupKFold
+
+from layerscope.measures import probes
+from layerscope.measures.batched_logistic import fit_batched
+from layerscope.measures.probes import control_task, decodable_from, fold_ids, probe_states
+
+FAST = dict(n_bootstrap=200, n_permutations=99, seed=0)
+
+
+def hand_mass_mean(x, labels, folds):
+    """Out-of-fold mass-mean predictions and scores by a loop: x (n, d), labels (n,) of str, folds [(train, test)]."""
+    classes = sorted(set(labels))
+    labels = np.asarray(labels)
+    pred = np.empty(len(labels), dtype=object)
+    scores = np.empty(len(labels)) if len(classes) == 2 else np.empty((len(labels), len(classes)))
+    for train, test in folds:
+        means = [x[train][labels[train] == c].mean(axis=0) for c in classes]
+        for i in test:
+            if len(classes) == 2:
+                w = means[1] - means[0]
+                threshold = w @ (means[0] + means[1]) / 2
+                scores[i] = w @ x[i] - threshold
+                pred[i] = classes[1] if w @ x[i] > threshold else classes[0]
+            else:
+                distances = [np.sqrt(((x[i] - mu) ** 2).sum()) for mu in means]
+                scores[i] = [-dist for dist in distances]
+                pred[i] = classes[int(np.argmin(distances))]
+    return pred, scores
+
+
+def rank_sum_auroc(scores, positive):
+    ranks = rankdata(scores)  # midranks for ties
+    n1, n0 = positive.sum(), (~positive).sum()
+    return (ranks[positive].sum() - n1 * (n1 + 1) / 2) / (n1 * n0)
+
+
+def test_mass_mean_accuracy_and_auroc_equal_a_hand_computation_on_two_folds():
+    rng = np.random.default_rng(3)
+    labels = np.array(["no", "yes"] * 6)
+    groups = [f"g{i}" for i in range(12)]
+    X = rng.normal(size=(12, 2, 3)) + 0.8 * (labels == "yes")[:, None, None]
+    folds = list(StratifiedGroupKFold(n_splits=2, shuffle=True, random_state=0).split(X, labels, groups))
+    profile = probe_states(X, labels, groups, method="mass_mean", folds=2, **FAST)
+    for s in range(2):
+        pred, scores = hand_mass_mean(X[:, s], labels, folds)
+        assert profile.accuracy[s] == pytest.approx(np.mean(pred == labels))
+        positive = labels == "yes"  # the second of the sorted classes
+        assert profile.auroc[s] == pytest.approx(roc_auc_score(positive, scores))
+        assert profile.auroc[s] == pytest.approx(rank_sum_auroc(scores, positive))
+    assert profile.classes == ("no", "yes") and profile.chance == 0.5 and profile.n_groups == 12
+
+
+def test_mass_mean_with_three_classes_is_the_nearest_class_mean_and_macro_auroc():
+    rng = np.random.default_rng(4)
+    labels = np.array(["a", "b", "c"] * 10)
+    X = rng.normal(size=(30, 1, 4)) + np.eye(4)[np.searchsorted(["a", "b", "c"], labels)][:, None, :]
+    folds = list(StratifiedGroupKFold(n_splits=3, shuffle=True, random_state=0).split(X, labels, np.arange(30)))
+    profile = probe_states(X, labels, np.arange(30), method="mass_mean", folds=3, **FAST)
+    pred, scores = hand_mass_mean(X[:, 0], labels, folds)
+    assert profile.accuracy[0] == pytest.approx(np.mean(pred == labels))
+    macro = np.mean([roc_auc_score(labels == c, scores[:, k]) for k, c in enumerate("abc")])
+    assert profile.auroc[0] == pytest.approx(macro)
+
+
+def planted(seed=0, n_groups=30):
+    """Two rows per group, one label per group; state 0 noise, states 1 and 2 separable along feature 0."""
+    rng = np.random.default_rng(seed)
+    group_labels = np.array([0, 1] * (n_groups // 2))
+    groups = np.repeat(np.arange(n_groups), 2)
+    labels = group_labels[groups]
+    X = rng.normal(size=(len(labels), 3, 8))
+    X[:, 1:, 0] = (2 * labels[:, None] - 1) * (3 + rng.random((len(labels), 2)))  # margin 6 on feature 0
+    return X, labels, groups
+
+
+@pytest.mark.parametrize("method", ["mass_mean", "logreg"])
+def test_a_planted_signal_is_found_and_noise_is_not(method):
+    X, labels, groups = planted()
+    profile = probe_states(X, labels, groups, method=method, folds=5, **FAST)
+    assert profile.chance == 0.5 and profile.n == 60 and profile.n_groups == 30
+    assert profile.accuracy[1] == 1.0 and profile.accuracy[2] == 1.0
+    assert profile.q[1] < 0.05 and profile.p[1] == pytest.approx(1 / 100)  # no permutation reaches 1
+    assert abs(profile.accuracy[0] - 0.5) < 0.2
+    assert profile.accuracy_ci[0, 0] <= 0.5 <= profile.accuracy_ci[0, 1]
+    assert profile.p[0] > 0.05
+    assert profile.auroc[1] == 1.0 and profile.auroc_ci[1, 0] == 1.0
+    assert profile.decodable_from == 1 and profile.decodable_ci == (1, 1)
+    low, high = profile.accuracy_ci.T
+    assert np.all(low <= profile.accuracy) and np.all(profile.accuracy <= high)
+
+
+def test_folds_never_split_a_group_and_are_scikit_learns():
+    rng = np.random.default_rng(5)
+    groups = rng.integers(0, 25, size=100)
+    labels = (groups % 2).astype(str)  # one label per group: StratifiedGroupKFold
+    fold = fold_ids(labels, groups, folds=5, seed=7)
+    for g in np.unique(groups):
+        assert len(set(fold[groups == g])) == 1
+    expected = np.empty(100, dtype=int)
+    for f, (_, test) in enumerate(StratifiedGroupKFold(5, shuffle=True, random_state=7).split(groups, labels, groups)):
+        expected[test] = f
+    np.testing.assert_array_equal(fold, expected)
+    assert sorted(set(fold)) == [0, 1, 2, 3, 4]
+
+
+def test_pairs_with_two_labels_in_a_group_use_group_kfold():
+    groups = np.repeat(np.arange(20), 2)
+    labels = np.array(["A", "B"] * 20)
+    fold = fold_ids(labels, groups, folds=4, seed=1)
+    expected = np.empty(40, dtype=int)
+    for f, (_, test) in enumerate(GroupKFold(4, shuffle=True, random_state=1).split(groups, labels, groups)):
+        expected[test] = f
+    np.testing.assert_array_equal(fold, expected)
+    assert all(fold[2 * i] == fold[2 * i + 1] for i in range(20))
+
+
+def test_the_control_task_keeps_the_class_frequencies_over_groups_and_in_every_fold():
+    groups = np.repeat(np.arange(24), 3)
+    group_labels = np.array(["x"] * 16 + ["y"] * 8)
+    labels = group_labels[groups]
+    control, control_fold = control_task(labels, groups, folds=4, seed=2)
+    control_by_group = {g: set(control[groups == g]) for g in range(24)}
+    assert all(len(v) == 1 for v in control_by_group.values())  # still one label per group
+    assert Counter(v.pop() for v in control_by_group.values()) == Counter(group_labels)
+    assert np.any(control != labels)
+    fold = fold_ids(labels, groups, folds=4, seed=2)
+    for f in range(4):  # each group took another's label with its fold: the folds keep their class counts
+        assert Counter(control[control_fold == f]) == Counter(labels[fold == f])
+        assert len(set(groups[control_fold == f])) == len(set(groups[fold == f]))
+    pairs = np.repeat(np.arange(10), 2)
+    sides = np.array(["A", "B"] * 10)
+    swapped, pair_fold = control_task(sides, pairs, folds=5, seed=2)
+    assert all(sorted(swapped[pairs == g]) == ["A", "B"] for g in range(10))  # permuted within each pair
+    assert np.any(swapped != sides)
+    np.testing.assert_array_equal(pair_fold, fold_ids(sides, pairs, folds=5, seed=2))  # the same folds
+
+
+def test_selectivity_is_accuracy_less_the_control_accuracy():
+    X, labels, groups = planted(seed=1)
+    profile = probe_states(X, labels, groups, method="mass_mean", folds=5, **FAST)
+    control, control_fold = control_task(labels, groups, folds=5, seed=0)
+    folds = [(np.flatnonzero(control_fold != f), np.flatnonzero(control_fold == f)) for f in range(5)]
+    for s in range(3):
+        pred = hand_mass_mean(X[:, s], control.astype(str), folds)[0]
+        assert profile.control_accuracy[s] == pytest.approx(np.mean(pred == control.astype(str)))
+    np.testing.assert_allclose(profile.selectivity, profile.accuracy - profile.control_accuracy)
+    assert profile.selectivity[1] > 0.3 and profile.selectivity_ci[1, 0] > 0
+
+
+def test_pairs_run_end_to_end_with_within_pair_permutations():
+    rng = np.random.default_rng(6)
+    pairs = np.repeat(np.arange(20), 2)
+    sides = np.array(["A", "B"] * 20)
+    X = rng.normal(size=(40, 2, 5))
+    X[:, 1, 0] = np.where(sides == "B", 3.0, -3.0) + rng.random(40)  # separable on feature 0
+    profile = probe_states(X, sides, pairs, method="mass_mean", folds=4, **FAST)
+    assert profile.accuracy[1] == 1.0 and profile.q[1] < 0.05 and profile.p[0] > 0.05
+    assert profile.control_accuracy[1] < 0.9
+
+
+def test_logreg_chooses_c_from_the_training_fold_only(monkeypatch):
+    X, labels, groups = planted(seed=2)
+    row_of = {X[i, s].astype(np.float64).tobytes(): i for i in range(len(X)) for s in range(X.shape[1])}
+    seen = []
+    choose = probes._choose_c
+
+    def spy(x, y, g):
+        seen.append(frozenset(row_of[row.tobytes()] for row in x))
+        return choose(x, y, g)
+
+    monkeypatch.setattr(probes, "_choose_c", spy)
+    probe_states(X, labels, groups, method="logreg", folds=5, n_bootstrap=10, n_permutations=9)
+    fold, control_fold = fold_ids(labels, groups, folds=5, seed=0), control_task(labels, groups, seed=0)[1]
+    training = [frozenset(np.flatnonzero(fold != f)) for f in range(5)]
+    control_training = [frozenset(np.flatnonzero(control_fold != f)) for f in range(5)]
+    # per state, fold by fold, the real task's searches then the control's: each saw that fold's training rows only
+    assert seen == (training + control_training) * 3
+
+
+def test_weighted_auroc_equals_scikit_learn_with_sample_weights_and_ties():
+    rng = np.random.default_rng(7)
+    scores = rng.integers(0, 6, size=40).astype(float)  # many ties
+    y = rng.integers(0, 2, size=40)
+    weights = rng.integers(0, 3, size=(5, 40)).astype(float)
+    got = probes._auroc(scores, y, weights)
+    for b in range(5):
+        assert got[b] == pytest.approx(roc_auc_score(y, scores, sample_weight=weights[b]))
+    assert np.isnan(probes._auroc(scores, y, (y == 1)[None, :].astype(float))[0])  # one class: undefined
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_batched_fit_equals_scikit_learns_logistic_regression(n_classes):
+    rng = np.random.default_rng(8)
+    z = rng.normal(size=(50, 6))
+    Y = rng.integers(0, n_classes, size=(3, 50))
+    z[:, 0] += Y[0]
+    keep = rng.random((3, 50)) < 0.8  # training rows: weight 1; the rest left out with weight 0
+    theta = fit_batched(z, Y, c=0.5, n_classes=n_classes, weights=keep.astype(float), tol=1e-8)
+    for p in range(3):
+        model = LogisticRegression(C=0.5, tol=1e-10, max_iter=10_000).fit(z[keep[p]], Y[p, keep[p]])
+        np.testing.assert_allclose(theta[p, :-1].T, model.coef_, atol=1e-5)
+        np.testing.assert_allclose(theta[p, -1], model.intercept_, atol=1e-5)
+
+
+def test_decodable_from_on_hand_made_profiles():
+    def ci(accuracy, low_at_best):
+        out = np.stack([np.asarray(accuracy) - 0.2, np.asarray(accuracy) + 0.05], axis=1)
+        out[int(np.argmax(accuracy)), 0] = low_at_best
+        return out
+
+    rising = [0.5, 0.6, 0.9, 0.95, 0.93]
+    assert decodable_from(rising, rising, ci(rising, 0.9)) == 2
+    dips = [0.5, 0.9, 0.95, 0.7, 0.92, 0.94]  # the dip after the maximum pushes s past it
+    assert decodable_from(dips, dips, ci(dips, 0.9)) == 4
+    falls = [0.5, 0.95, 0.6]  # the last state falls below: nothing qualifies
+    assert decodable_from(falls, falls, ci(falls, 0.9)) is None
+    flat = [0.7, 0.7, 0.7]
+    assert decodable_from(flat, flat, ci(flat, 0.6)) == 0
+    # a resample's profile: its own maximum (0.85) less the original margin (0.95 - 0.9)
+    assert decodable_from([0.4, 0.8, 0.85], [0.5, 0.9, 0.95], ci([0.5, 0.9, 0.95], 0.9)) == 1
+    assert decodable_from([0.4, 0.79, 0.85], [0.5, 0.9, 0.95], ci([0.5, 0.9, 0.95], 0.9)) == 2
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda X, y, g: (X, np.zeros_like(y), g), "at least two classes"),
+    (lambda X, y, g: (X, y, g % 8), "at least 2 \\* folds groups, so lower folds"),
+    (lambda X, y, g: (X, np.where(g < 3, 1, 0), g), "class '1' is in 3 groups, fewer than folds=5.*add groups"),
+    (lambda X, y, g: (X[:, 0], y, g), "3-D float array"),
+    (lambda X, y, g: (X, y[:-1], g), "one label and one group per row"),
+    (lambda X, y, g: (np.where(np.arange(60)[:, None, None] == 7, np.nan, X), y, g), "row 7.*finite"),
+])
+def test_bad_input_is_refused_with_the_fix(change, message):
+    X, labels, groups = planted()
+    X, labels, groups = change(X, labels, groups)
+    with pytest.raises(ValueError, match=message):
+        probe_states(X, labels, groups, method="mass_mean", folds=5, **FAST)
