@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup run test unit integration lint bench clean
+.PHONY: setup run test unit integration lint docs bench clean
 
 setup: $(STAMP)
 
@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml requirements.lock
 		  { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }; }
 	touch $@
 
-run: $(STAMP)  ## all seven studies on the default models -> runs/<time>/index.html
+run: $(STAMP)  ## all eight studies on the default models -> runs/<time>/index.html
 	$(BIN)/layerscope run
 
 test: $(STAMP)  ## every test: unit (tiny random models) and integration (real SmolLM2)
@@ -41,6 +41,9 @@ lint: $(STAMP)  ## ruff (the version pinned in requirements.lock) and the import
 	$(BIN)/ruff check
 	$(BIN)/lint-imports --no-cache --no-logo
 
+docs: $(STAMP)  ## the documentation site from docs/ and mkdocs.yml -> site/index.html (offline; a broken link fails)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/extract_vs_seed.py
 	$(BIN)/python benchmarks/extract_speed.py
@@ -50,4 +53,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/surgery_reuse.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build site src/*.egg-info .pytest_cache

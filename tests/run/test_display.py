@@ -12,7 +12,7 @@ from layerscope.run import SuiteResult, get_study, studies
 from layerscope.run.display import SCOPE, scoped_style
 from layerscope.study import StudyResult
 
-BUILT_IN = ["divergence", "scaling", "phases", "anisotropy", "ablation", "atlas", "surgery"]
+BUILT_IN = ["divergence", "scaling", "phases", "anisotropy", "ablation", "atlas", "surgery", "probe"]
 
 
 def images(text: str) -> list[str]:

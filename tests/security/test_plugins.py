@@ -171,10 +171,10 @@ def test_a_pick_cannot_replace_a_built_in_and_a_malformed_one_is_named(site, cap
 
 
 def test_the_manifest_records_the_origin_of_the_study_that_ran(site):
-    install(site, "origin-probe", "4.2", "sec_plugin_probe", NO_MODEL_STUDY.format(cls="Probe", name="probe",
-            title="Probe"), "probe = sec_plugin_probe:Probe")
+    install(site, "origin-probe", "4.2", "sec_plugin_probe", NO_MODEL_STUDY.format(cls="Origin", name="origin",
+            title="Origin"), "origin = sec_plugin_probe:Origin")
     registry.reload_plugins()
-    result = run_study(StudyConfig(study="probe", models=("unused",)))
+    result = run_study(StudyConfig(study="origin", models=("unused",)))
     assert result.manifest["study_origin"] == "origin-probe 4.2"  # not the "built-in" the study wrote
     assert result.manifest["models"] == []
     assert result.to_json()["manifest"]["study_origin"] == "origin-probe 4.2"
@@ -211,7 +211,7 @@ def test_layerscope_studies_in_a_fresh_process_names_both_packages(tmp_path):
     """The command as a user runs it: the plugins installed in another folder on PYTHONPATH."""
     install(tmp_path / "a", "twin-one", "1.1", "sec_plugin_one", DIVERGENCE_TWIN, "divergence = sec_plugin_one:Twin")
     install(tmp_path / "a", "probe-pkg", "0.2", "sec_plugin_p2",
-            NO_MODEL_STUDY.format(cls="Probe", name="probe", title="Probe study"), "probe = sec_plugin_p2:Probe")
+            NO_MODEL_STUDY.format(cls="Pkg", name="pkg_study", title="Pkg study"), "pkg_study = sec_plugin_p2:Pkg")
     env = {k: v for k, v in os.environ.items() if k != "LAYERSCOPE_PLUGINS"}
     env.update(PYTHONPATH=str(tmp_path / "a"), HF_HUB_OFFLINE="1")
     done = subprocess.run([sys.executable, "-m", "layerscope.cli", "studies"], capture_output=True, text=True,
@@ -221,4 +221,4 @@ def test_layerscope_studies_in_a_fresh_process_names_both_packages(tmp_path):
     assert "twin-one 1.1" in line and "built-in study of layerscope" in line
     rows = {row.split()[0]: row for row in done.stdout.splitlines()[1:]}
     assert re.fullmatch(r"divergence +built-in +Divergence", rows["divergence"])
-    assert re.fullmatch(r"probe +probe-pkg 0\.2 +Probe study", rows["probe"])
+    assert re.fullmatch(r"pkg_study +probe-pkg 0\.2 +Pkg study", rows["pkg_study"])

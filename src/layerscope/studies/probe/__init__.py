@@ -95,7 +95,7 @@ class Probe(Study):
     question = ("Per hidden state, is a contrast linearly decodable (beyond a control task), and does adding its "
                 "direction to the residual stream move the model's preference (beyond random directions)?")
     Settings = ProbeSettings
-    order = 60
+    order = 80
     verdict_metrics = ("accuracy", "effect")
 
     def check_inputs(self, config: StudyConfig) -> None:

@@ -52,9 +52,9 @@ def headline_line(model: str, s: dict) -> list[str]:
     lines = []
     for name, entry in s["label_sets"].items():
         p = entry["probes"]["logreg"]
-        where = (f"decodable from state {p['decodable_from']}" if p["decodable_from"] is not None else
-                 "decodable at its best state but not stably from any state on" if p["best_q"] < LEVEL else
-                 "not decodable")
+        where = ("not decodable" if p["best_q"] >= LEVEL else
+                 f"decodable from state {p['decodable_from']}" if p["decodable_from"] is not None else
+                 "decodable at its best state but not stably from any state on")
         line = (f"{model}: {md_text(name)}: {where}; best accuracy {number(p['best_accuracy'])} at state "
                 f"{p['best_state']} (q = {number(p['best_q'])}, selectivity {signed(p['best_selectivity'])})")
         if "steering" in entry:

@@ -44,7 +44,7 @@ WHY_TEXTS = ("each block's cost is a mean over the texts, with a bootstrap inter
 MAX_TEXTS = 1_000_000
 DEFAULT_TEXTS = 12
 """Default subset of the texts (seeded): sized so the whole default study on SmolLM2 runs in about 2.5 minutes on
-a 2-core CPU with prefix reuse, and the suite of seven within 15."""
+a 2-core CPU with prefix reuse, and the suite of seven (before the probe study) within 15."""
 
 
 @dataclass(frozen=True)
