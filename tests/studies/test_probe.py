@@ -169,3 +169,20 @@ def test_the_steering_p_is_a_prediction_t_test_by_the_closed_form_of_t_with_two_
     # two-sided p is 1 - t / sqrt(2 + t^2) (the t distribution's closed form for df = 2)
     t = np.sqrt(3)
     assert prediction_p(2.0, np.array([-1.0, 0.0, 1.0])) == pytest.approx(1 - t / np.sqrt(2 + t**2), rel=1e-12)
+
+
+def test_a_label_set_with_too_few_groups_for_the_folds_is_skipped_with_a_warning(inputs):
+    """3 categories x 4 pairs: the category task has 4 groups per class, fewer than 5 folds; the side task has 12
+    pairs. The run finishes, probes the side, and names the category set it could not probe."""
+    root, model, _ = inputs
+    small = root / "small.json"
+    small.write_text(json.dumps(tiny.pairs(3, 4)))
+    out = root / "skipped"
+    result = run(root, "--model", model, "--dataset", small, "--no-steer", "--n-bootstrap", "200",
+                 "--n-permutations", "20", "--out", out)
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "result.json").read_text())
+    (summary,) = data["summary"]["models"].values()
+    assert list(summary["label_sets"]) == ["side"]
+    (warning,) = data["summary"]["warnings"]
+    assert "label set category was not probed" in warning and "fewer than folds=5" in warning

@@ -133,7 +133,9 @@ class Probe(Study):
             rows += model_rows
             models.append(model_entry(run.info, next(iter(cached.values()), None)))
             run.mark("analysis_s")
-        summary = {"models": summaries, "warnings": []}
+        warnings = [f"{model}: label set {name} was not probed: {why}" for model, s in summaries.items()
+                    for name, why in s.pop("skipped", {}).items()]
+        summary = {"models": summaries, "warnings": warnings}
         return StudyResult(study=self.name, config=config.to_dict(),
                            manifest=manifest(config, models, dataset_entry(pairs), timings), summary=summary,
                            table=make_table(rows))

@@ -114,9 +114,13 @@ def analyse_model(model: str, n_layers: int, lm, tasks: list[LabelTask],
     for task in tasks:
         X = states_of(task)
         note(f"probe {model}: {task.name}: probes at {X.shape[1]} states ({', '.join(METHODS)})")
-        profiles = {m: probe_states(X, task.labels, task.groups, method=m, folds=options.folds,
-                                    n_bootstrap=options.n_bootstrap, n_permutations=options.n_permutations,
-                                    seed=options.seed, ci_level=options.ci_level) for m in METHODS}
+        try:
+            profiles = {m: probe_states(X, task.labels, task.groups, method=m, folds=options.folds,
+                                        n_bootstrap=options.n_bootstrap, n_permutations=options.n_permutations,
+                                        seed=options.seed, ci_level=options.ci_level) for m in METHODS}
+        except ValueError as exc:  # too few groups of a class for the folds: this label set is not assessable
+            summary.setdefault("skipped", {})[task.name] = str(exc)
+            continue
         entry: dict = {"source": task.source, "probes": {m: probe_summary(p) for m, p in profiles.items()}}
         for prof in profiles.values():
             rows += probe_rows(model, n_layers, task.name, prof)
