@@ -31,7 +31,7 @@ from scipy import stats
 
 from ...engine.steering import Steering
 from ...progress import steps
-from ...stats import bh_qvalues
+from ...stats import bh_qvalues, percentile_ci, resample_indices
 
 
 @dataclass(frozen=True)
@@ -78,10 +78,7 @@ def preference(nll: np.ndarray) -> np.ndarray:
 
 def boot_ci(diff: np.ndarray, n_bootstrap: int, level: float, rng: np.random.Generator) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of ``diff`` (n_pairs,) over pairs."""
-    idx = rng.integers(0, len(diff), size=(n_bootstrap, len(diff)))
-    means = diff[idx].mean(axis=1)
-    tail = (1 - level) / 2
-    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+    return percentile_ci(diff[resample_indices(len(diff), n_bootstrap, rng)].mean(axis=1), level)
 
 
 def prediction_p(effect: float, null: np.ndarray) -> float:
@@ -118,8 +115,7 @@ def steer_states(lm, X: np.ndarray, texts: list[str], options: SteerOptions) -> 
             out["effect_neg"][s, j] = effects[len(alphas) + j].mean()
         null = preference(steering.steered(s, random_like(v[s], options.n_random, rng), alphas=alphas[:1])[:, 0])
         null = (null - intact).mean(axis=1)                                     # (n_random,)
-        tail = (1 - options.ci_level) / 2
-        out["band_lo"][s], out["band_hi"][s] = np.quantile(null, tail), np.quantile(null, 1 - tail)
+        out["band_lo"][s], out["band_hi"][s] = percentile_ci(null, options.ci_level)
         out["p"][s] = prediction_p(out["effect"][s, 0], null)
         out["p_rank"][s] = (1 + np.sum(np.abs(null) >= abs(out["effect"][s, 0]))) / (1 + len(null))
         steering.drop(s)
