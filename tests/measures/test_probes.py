@@ -245,3 +245,40 @@ def test_bad_input_is_refused_with_the_fix(change, message):
     X, labels, groups = change(X, labels, groups)
     with pytest.raises(ValueError, match=message):
         probe_states(X, labels, groups, method="mass_mean", folds=5, **FAST)
+
+
+def planted_from_state_3(seed=0, n_groups=40):
+    """Six states, two rows per group, one label per group: states 0-2 pure noise, states 3-5 the label linearly
+    encoded on feature 0 (margin 6)."""
+    rng = np.random.default_rng(seed)
+    groups = np.repeat(np.arange(n_groups), 2)
+    labels = np.array([0, 1] * (n_groups // 2))[groups]
+    X = rng.normal(size=(len(labels), 6, 8))
+    X[:, 3:, 0] = (2 * labels[:, None] - 1) * (3 + rng.random((len(labels), 3)))
+    return X, labels, groups
+
+
+@pytest.mark.parametrize("method", ["mass_mean", "logreg"])
+def test_a_label_encoded_from_state_3_on_is_decodable_from_3_and_the_control_stays_at_chance(method):
+    X, labels, groups = planted_from_state_3()
+    profile = probe_states(X, labels, groups, method=method, folds=5, **FAST)
+    assert profile.decodable_from == 3 and profile.decodable_ci is not None
+    assert profile.decodable_ci[0] <= 3 <= profile.decodable_ci[1]
+    assert np.all(profile.accuracy[3:] == 1.0) and np.all(profile.q[3:] < 0.05)
+    low, high = profile.control_ci.T  # the control task's accuracy: its interval holds chance at every state
+    assert np.all(low <= profile.chance) and np.all(profile.chance <= high), (low, high)
+
+
+def test_the_permutation_p_on_pure_noise_is_spread_like_a_uniform():
+    """20 seeds of noise features with shuffled balanced labels: a valid permutation p falls below 0.05 about once
+    in 20; it must stay above 0.05 for at least 16 of them, and not be one value (a degenerate null)."""
+    ps = []
+    for seed in range(20):
+        rng = np.random.default_rng(100 + seed)
+        labels = rng.permutation(np.array(["a", "b"] * 15))
+        X = rng.normal(size=(30, 1, 4))
+        profile = probe_states(X, labels, np.arange(30), method="mass_mean", folds=3, n_bootstrap=20,
+                               n_permutations=50, seed=seed)
+        ps.append(float(profile.p[0]))
+    assert sum(p > 0.05 for p in ps) >= 16, ps
+    assert len(set(ps)) > 1 and all(1 / 51 <= p <= 1 for p in ps), ps

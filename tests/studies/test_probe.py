@@ -1,7 +1,10 @@
 """`layerscope run probe` on a tiny random model: the tidy table, the mass-mean probe's accuracy and the in-sample
-steering effect recomputed by hand (a plain transformers loop with an ordinary forward hook), the figures,
-report and verdict rows, and bad input refused in one line."""
+steering effect recomputed by hand (a plain transformers loop with an ordinary forward hook), for the pair side and
+for a labels file with two classes in uneven groups; the same table with and without prefix reuse; -alpha flipping
+the sign on a planted contrast; held-out groups holding both classes; the figures, report and verdict rows, and bad
+input refused in one line."""
 
+import csv
 import json
 
 import numpy as np
@@ -14,11 +17,14 @@ from typer.testing import CliRunner
 import tiny
 from conftest import error_line
 from layerscope.cli import app
+from layerscope.models import decoder_layers
+from layerscope.studies.probe.steering import SteerOptions, split_groups, steer_states
 
 runner = CliRunner()
 N_LAYERS = 3
 N_PAIRS = 12  # per category, 2 categories
 FAST = ["--n-bootstrap", "200", "--n-permutations", "20", "--n-random", "20", "--folds", "3", "--steer-every", "1"]
+SHORT = ["--n-bootstrap", "200", "--n-permutations", "20", "--n-random", "20", "--folds", "3"]
 COLUMNS = ["model", "state", "label_set", "method", "metric", "value", "ci_lo", "ci_hi", "p", "q", "n"]
 
 
@@ -97,11 +103,14 @@ def test_table_is_tidy_with_every_state_label_set_method_and_metric(finished):
         if method in ("steer",):
             continue
         assert sorted(rows["state"]) == list(range(N_LAYERS + 1)), (label_set, method, metric)
-    steer = table[table["method"] == "steer"]
-    assert set(steer["label_set"]) == {"side"} and set(steer["alpha"]) == {1.0, 2.0, -1.0, -2.0}
+    steer = table[table["method"] == "steer"]  # the category set has two classes here (cat0, cat1): steered too
+    assert set(steer["label_set"]) == {"side", "category"} and set(steer["alpha"]) == {1.0, 2.0, -1.0, -2.0}
     assert set(steer["split"]) == {"in-sample"}
-    assert result["summary"]["models"][next(iter(result["summary"]["models"]))]["label_sets"]["side"]["steering"][
-        "in_sample"] is True
+    (summary,) = result["summary"]["models"].values()
+    assert summary["label_sets"]["side"]["steering"]["in_sample"] is True
+    assert summary["label_sets"]["side"]["steering"]["classes"] == ["A", "B"]
+    assert summary["label_sets"]["category"]["steering"]["classes"] == ["cat0", "cat1"]
+    assert result["manifest"]["timings"]["steering_s"] > 0
 
 
 def test_in_sample_steering_effect_equals_a_hand_hooked_forward(inputs, finished):
@@ -116,7 +125,8 @@ def test_in_sample_steering_effect_equals_a_hand_hooked_forward(inputs, finished
             steered = np.array([hand_nll(model, tok, t, state, alpha * v) for t in texts])
             pref = lambda nll: nll[1::2] - nll[0::2]  # noqa: E731 - NLL(B) - NLL(A) per pair
             expected = (pref(steered) - pref(intact)).mean()
-            row = table[(table["method"] == "steer") & (table["state"] == state) & (table["alpha"] == alpha)]
+            row = table[(table["label_set"] == "side") & (table["method"] == "steer") & (table["state"] == state)
+                        & (table["alpha"] == alpha)]
             np.testing.assert_allclose(row["value"].item(), expected, rtol=1e-3, atol=1e-6)
 
 
@@ -186,3 +196,135 @@ def test_a_label_set_with_too_few_groups_for_the_folds_is_skipped_with_a_warning
     assert list(summary["label_sets"]) == ["side"]
     (warning,) = data["summary"]["warnings"]
     assert "label set category was not probed" in warning and "fewer than folds=5" in warning
+
+
+C, T = tiny.CORPUS, tiny.TEXTS
+LABEL_ROWS = [  # two classes in groups of one to three texts, the groups' rows interleaved in the file
+    (C[0], "calm", "g1"), (C[1], "busy", "g5"), (C[2], "calm", "g1"), (C[4], "calm", "g2"), (C[3], "busy", "g5"),
+    (C[5], "calm", "g3"), (C[6], "busy", "g6"), (T[0], "calm", "g3"), (C[7], "busy", "g6"), (T[9], "calm", "g3"),
+    (C[8], "busy", "g7"), (T[1], "calm", "g4"), (T[3], "busy", "g8"), (T[7], "calm", "g4"),
+]
+
+
+@pytest.fixture(scope="module")
+def labelled(inputs):
+    """A labels file (mood.csv: busy and calm in 8 groups of uneven size) beside six pairs, steered in-sample at
+    states 0, 2 and 3; run twice, with prefix reuse (the default) and with --no-prefix-reuse."""
+    root, model, _ = inputs
+    pairs = root / "six.json"
+    pairs.write_text(json.dumps(tiny.pairs(1, 6)))
+    labels = root / "mood.csv"
+    with labels.open("w", newline="") as f:
+        csv.writer(f).writerows([("text", "label", "group"), *LABEL_ROWS])
+    args = ["--model", model, "--dataset", pairs, "--label-sets", "side", "--labels", labels, "--steer-holdout", "0",
+            "--steer-pairs", "1000", "--steer-every", "2", *SHORT]
+    outs = {}
+    for name, extra in (("on", []), ("off", ["--no-prefix-reuse"])):
+        out = root / f"labels-{name}"
+        result = run(root, *args, *extra, "--out", out)
+        assert result.exit_code == 0, result.output
+        outs[name] = pd.read_csv(out / "table.csv"), json.loads((out / "result.json").read_text())
+    return outs
+
+
+def test_prefix_reuse_on_and_off_give_the_same_table(labelled):
+    (on, result_on), (off, result_off) = labelled["on"], labelled["off"]
+    assert result_on["config"]["prefix_reuse"] is True and result_off["config"]["prefix_reuse"] is False
+    assert list(on.columns) == list(off.columns) and len(on) == len(off)
+    text = [c for c in on.columns if not pd.api.types.is_numeric_dtype(on[c])]
+    pd.testing.assert_frame_equal(on[text].fillna(""), off[text].fillna(""))
+    numbers = [c for c in on.columns if c not in text]
+    np.testing.assert_allclose(on[numbers].to_numpy(float), off[numbers].to_numpy(float), rtol=1e-6, atol=1e-12)
+    steer = on[on["method"] == "steer"]
+    assert set(steer["label_set"]) == {"side", "mood"} and sorted(set(steer["state"])) == [0, 2, N_LAYERS]
+    for result in (result_on, result_off):
+        assert result["manifest"]["timings"]["steering_s"] > 0
+    blocks = {name: next(iter(r["summary"]["models"].values()))["label_sets"]["mood"]["steering"]["blocks_run"]
+              for name, r in (("on", result_on), ("off", result_off))}
+    assert blocks["on"] < blocks["off"]  # the switch reaches the engine: whole passes run more blocks
+
+
+def test_steering_a_two_class_labels_file_equals_a_hand_computation(inputs, labelled):
+    """v_s = the mean of the class-A rows' states (busy: the first sorted class) minus that of the class-B rows'
+    (calm), over rows, not groups; effect = mean NLL of the calm texts - that of the busy texts, steered, less the
+    same intact."""
+    _, model_dir, _ = inputs
+    table, result = labelled["on"]
+    texts = [t for t, _, _ in LABEL_ROWS]
+    is_a = np.array([label == "busy" for _, label, _ in LABEL_ROWS])
+    X, (model, tok) = hand_states(model_dir, texts)
+    intact = np.array([hand_nll(model, tok, t, 0, np.zeros(X.shape[-1])) for t in texts])
+
+    def preference(nll):  # mean NLL over class B (calm) - mean NLL over class A (busy)
+        return nll[~is_a].mean() - nll[is_a].mean()
+
+    for state in (0, 2, N_LAYERS):
+        v = X[is_a, state].mean(axis=0) - X[~is_a, state].mean(axis=0)
+        for alpha in (1.0, -1.0):
+            steered = np.array([hand_nll(model, tok, t, state, alpha * v) for t in texts])
+            row = table[(table["label_set"] == "mood") & (table["method"] == "steer") & (table["state"] == state)
+                        & (table["alpha"] == alpha)]
+            np.testing.assert_allclose(row["value"].item(), preference(steered) - preference(intact), rtol=1e-3,
+                                       atol=1e-6)
+            assert row["n"].item() == 8 and row["split"].item() == "in-sample"  # n: the groups steered
+    (summary,) = result["summary"]["models"].values()
+    steering = summary["label_sets"]["mood"]["steering"]
+    assert steering["classes"] == ["busy", "calm"] and steering["n_test_pairs"] == 8
+
+
+def planted_lm():
+    """A tiny Llama whose blocks write nothing into the residual stream (attention and MLP output projections zero)
+    and whose unembedding is its embedding: every hidden state is the token's embedding and the logits read it, so
+    pushing a state towards the mean embedding of one set of words makes those words likelier."""
+    lm = tiny.tiny_lm("llama", n_layers=N_LAYERS)
+    with torch.no_grad():
+        for block in decoder_layers(lm.model):
+            block.self_attn.o_proj.weight.zero_()
+            block.mlp.down_proj.weight.zero_()
+        lm.model.lm_head.weight.copy_(lm.model.model.embed_tokens.weight)
+    return lm
+
+
+def test_minus_alpha_flips_the_sign_on_a_planted_direction():
+    """Class A texts are drawn from one set of words, class B from another; through steer_states (in-sample, pairs of
+    one A and one B text plus single-text groups), +alpha along A - B must lower A's NLL relative to B's (effect
+    > 0) and -alpha raise it (effect < 0), at every state steered; one effect is recomputed with a hook."""
+    lm = planted_lm()
+    rng = np.random.default_rng(0)
+    words = {"A": ["river", "boats", "mill", "morning", "orchard", "breeze"],
+             "B": ["prices", "percent", "quarter", "analysts", "committee", "application"]}
+    labels = np.array(["A", "B"] * 6 + ["A", "B", "B"])
+    groups = np.array([f"pair{i // 2}" for i in range(12)] + ["x", "y", "z"])
+    texts = [" ".join(rng.choice(words[c], size=8)) for c in labels]
+    ids = [lm.tokenizer(t, return_tensors="pt")["input_ids"][0] for t in texts]
+    with torch.no_grad():  # by hand: each state of a text is its tokens' embeddings; pooled, their mean
+        pooled = np.stack([lm.model.model.embed_tokens(x).double().mean(0).numpy() for x in ids])
+    X = np.repeat(pooled[:, None], N_LAYERS + 1, axis=1)
+    alpha = 2.0
+    out = steer_states(lm, X, texts, labels, groups, SteerOptions((alpha,), 20, 0.0, 1000, 200, 0.95, 0, every=2))
+    assert out["states"] == [0, 2, N_LAYERS] and out["classes"] == ("A", "B")
+    for s in out["states"]:
+        assert np.sign(out["effect"][s, 0]) == 1 and np.sign(out["effect_neg"][s, 0]) == -1, s
+        assert out["ci_lo"][s, 0] > 0 and out["p"][s] < 0.05, s  # over the 9 groups' resamples; beyond random
+    v = pooled[labels == "A"].mean(axis=0) - pooled[labels == "B"].mean(axis=0)
+    nll = {a: np.array([hand_nll(lm.model, lm.tokenizer, t, 2, a * v) for t in texts]) for a in (0.0, alpha)}
+    pref = {a: x[labels == "B"].mean() - x[labels == "A"].mean() for a, x in nll.items()}
+    np.testing.assert_allclose(out["effect"][2, 0], pref[alpha] - pref[0.0], rtol=1e-4)
+
+
+def test_held_out_groups_hold_both_classes_in_proportion_and_pairs_keep_the_permutation():
+    single = np.array([[True, False]] * 10 + [[False, True]] * 2)  # ten groups of class A, two of class B
+    train, test = split_groups(single, 0.5, 8, seed=3)
+    assert len(test) == 6 and len(train) == 6 and set(train) | set(test) == set(range(12))
+    assert single[test].any(axis=0).all() and single[train].any(axis=0).all()
+    assert single[test, 0].sum() == 5  # 6 held out in proportion 10 : 2
+    train, test = split_groups(single, 0.1, 8, seed=3)  # 2 held out: one of each class, not two of A
+    assert single[test].any(axis=0).all()
+    pairs = np.ones((20, 2), dtype=bool)  # every group holds both classes: today's rule, the first groups of one
+    order = np.random.default_rng(7).permutation(20)  # seeded permutation
+    train, test = split_groups(pairs, 0.5, 8, seed=7)
+    np.testing.assert_array_equal(test, np.sort(order[:8]))
+    np.testing.assert_array_equal(train, np.sort(order[8:]))
+    every = split_groups(single, 0.0, 8, seed=3)
+    np.testing.assert_array_equal(every[0], np.arange(12))
+    np.testing.assert_array_equal(every[1], np.arange(12))

@@ -20,9 +20,10 @@ from pathlib import Path
 
 from ..io import atomic_file, check_out_dir, clear_stale, replace_dir, worded_writes, write_marker
 from ..study.config import StudyConfig
+from ..study.result import StudyResult
 from .config_file import dump_configs
 from .output import input_paths
-from .pages import write_index
+from .pages import load_result, write_index
 from .registry import get_study, run_study
 
 log = logging.getLogger(__name__)
@@ -79,18 +80,26 @@ def run_suite(configs: dict[str, StudyConfig], out: Path, force: bool = False,
             shutil.rmtree(staging, ignore_errors=True)  # ours, and nothing in it yet
         raise
     finished_any = False
+    wanted = {other for name in configs for other in get_study(name).companions}
+    done: dict[str, StudyResult] = {}  # the results a later study's join reads
     try:
         for name, config in configs.items():
             folder = staging / name
+            study = get_study(name)
             if (folder / "result.json").is_file():
                 echo(f"{name}: finished in an earlier, interrupted run; reusing {out / name}")
                 finished_any = True
+                if name in wanted:
+                    done[name] = load_result(folder)
                 continue
             echo(f"{name}: running on {', '.join(config.model_names)}")
             result = run_study(config)
+            study.join(result, {other: done[other] for other in study.companions if other in done})
+            if name in wanted:
+                done[name] = result
             result.write(folder, force=True)
             finished_any = True
-            for line in get_study(name).headline(result):
+            for line in study.headline(result):
                 echo(f"{name}: {line}")
         clear_stale(staging)  # what a killed study write left beside the study folders
         with worded_writes(out):

@@ -49,6 +49,9 @@ class Study(ABC):
     """(the notebooks' method, the layerscope default) for each thing ``--compat seed`` changes."""
     verdict_metrics: ClassVar[tuple[str, ...]] = ()
     """The table metrics its verdicts are computed from: a NaN or inf there is an error, not a verdict."""
+    companions: ClassVar[tuple[str, ...]] = ()
+    """Studies whose results a suite hands to :meth:`join` when it ran them before this one (e.g. the probe study
+    draws divergence's UA and surgery's skip cost beside its own profiles)."""
 
     def check_inputs(self, config: StudyConfig) -> None:  # noqa: B027 - a study without input files checks nothing
         """Read every input file the study will need, so a bad one fails before any model loads."""
@@ -85,6 +88,10 @@ class Study(ABC):
         """What a sweep says across its tasks, from each finished task's :meth:`numbers`, as entries of
         sweep.json; its ``sections`` (``[[heading, text], ...]``) close the sweep's report. None: nothing."""
         return None
+
+    def join(self, result: StudyResult, others: dict[str, StudyResult]) -> None:  # noqa: B027 - most take none
+        """Copy what this study shows of the same suite's ``others`` (its :attr:`companions` that ran before it)
+        into ``result.summary``, before the result is written; figures and report then read it from there."""
 
     def finish(self, folder: Path, result: StudyResult) -> None:  # noqa: B027 - most studies add no files
         """Add files to a written run folder (after result.json); nothing by default."""

@@ -25,6 +25,8 @@ from ...study.result import StudyResult, make_table
 from ...study.settings import ConfigError, Settings, check_count, check_n_bootstrap, setting
 from .analysis import ProbeOptions, analyse_model
 from .claims import claims as study_claims
+from .companions import COMPANIONS
+from .companions import join as join_companions
 from .figures import figures as draw_figures
 from .labels import LabelTask, label_tasks, parse_sets
 from .report import headline_line
@@ -46,20 +48,24 @@ class ProbeSettings(Settings):
     pooling: str = setting("Pooling of the vectors the probes read and the steering direction is made of: mean, "
                            "last, first.", default="mean")
     folds: int = setting("Grouped cross-validation folds (a group is never split).", default=5)
-    n_bootstrap: int = setting("Bootstrap resamples (over groups; over held-out pairs for steering).",
+    n_bootstrap: int = setting("Bootstrap resamples (over groups; over held-out pairs or groups for steering).",
                                default=1000)
     n_permutations: int = setting("Label permutations for each state's probe p.", default=100)
-    steer: bool = setting("Steer along the pair contrast per state (needs the model again; --no-steer: probes "
+    steer: bool = setting("Steer along every two-class contrast per state (the pair side; a labels file, "
+                          "category or language set with two classes; needs the model again; --no-steer: probes "
                           "only).", default=True)
     alpha: str = setting("Steering coefficients, comma-separated (1.0: the full difference of means).",
                          default="1.0")
     n_random: int = setting("Random directions of the same norm per state: the steering null.", default=20)
-    steer_holdout: float = setting("Share of pairs held out to measure steering (0: fit and measure on every pair, "
-                                   "in-sample, for checking by hand).", default=0.5)
-    steer_pairs: int = setting("At most this many held-out pairs are steered (each state costs 2 x alphas + "
-                               "n-random passes over them).", default=8)
+    steer_holdout: float = setting("Share of pairs or groups held out to measure steering, both classes among them "
+                                   "(0: fit and measure on every pair or group, in-sample, for checking by hand).",
+                                   default=0.5)
+    steer_pairs: int = setting("At most this many held-out pairs or groups are steered (each state costs 2 x "
+                               "alphas + n-random passes over their texts).", default=8)
     steer_every: int = setting("Steer at states 0, k, 2k, ... and the last (1: every state; the default 3 keeps "
                                "the study within about 5 minutes on a 2-core CPU).", default=3)
+    prefix_reuse: bool = setting("Start each steered pass at the state steered, from the residual stream the intact "
+                                 "pass kept there (same numbers, less compute).", default=True)
 
     def __post_init__(self):
         super().__post_init__()
@@ -70,11 +76,11 @@ class ProbeSettings(Settings):
         check_n_bootstrap(self.n_bootstrap)
         check_count(self.n_permutations, "--n-permutations", 20, 100_000, "a permutation p needs 20 or more")
         check_count(self.n_random, "--n-random", 20, 10_000, "the random band needs at least 20 directions")
-        check_count(self.steer_pairs, "--steer-pairs", 2, 1_000_000, "an interval over pairs needs two")
+        check_count(self.steer_pairs, "--steer-pairs", 2, 1_000_000, "an interval over pairs or groups needs two")
         check_count(self.steer_every, "--steer-every", 1, 4096, "1 steers at every state")
         if not 0 <= self.steer_holdout < 1:
-            raise ConfigError(f"--steer-holdout {self.steer_holdout} must lie in [0, 1): the share of pairs "
-                              "held out (0: in-sample)")
+            raise ConfigError(f"--steer-holdout {self.steer_holdout} must lie in [0, 1): the share of pairs or "
+                              "groups held out (0: in-sample)")
         self.alphas()
 
     def alphas(self) -> tuple[float, ...]:
@@ -108,12 +114,13 @@ class Probe(Study):
     def run(self, config: StudyConfig) -> StudyResult:
         pairs = load_pairs(config.dataset)
         tasks = label_tasks(parse_sets(config.label_sets), pairs, config.texts, config.labels, config.folds)
+        timings: dict[str, float] = {}
         steer = SteerOptions(config.settings.alphas(), config.n_random, config.steer_holdout, config.steer_pairs,
                              config.n_bootstrap, config.ci_level, config.seed, config.steer_every,
-                             config.batch_size, config.max_length) if config.steer else None
+                             config.batch_size, config.max_length, prefix_reuse=config.prefix_reuse,
+                             timings=timings) if config.steer else None
         options = ProbeOptions(config.folds, config.n_bootstrap, config.n_permutations, config.seed,
                                config.ci_level, steer)
-        timings: dict[str, float] = {}
         summaries, rows, models = {}, [], []
         for run in each_model(config, timings):
             n = run.info.n_layers
@@ -140,6 +147,8 @@ class Probe(Study):
                            manifest=manifest(config, models, dataset_entry(pairs), timings), summary=summary,
                            table=make_table(rows))
 
+    companions = COMPANIONS
+    join = staticmethod(join_companions)
     figures = staticmethod(draw_figures)
     report = staticmethod(write_report)
     verdicts = staticmethod(study_claims)

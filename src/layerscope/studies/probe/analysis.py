@@ -1,5 +1,5 @@
-"""One model's probe study: probes per state for every label set, steering for the pair contrast, and the two
-profiles side by side.
+"""One model's probe study: probes per state for every label set, steering for every two-class one (the pair
+side; a labels file, category or language set with two classes), and the two profiles side by side.
 
     summary, rows = analyse_model(lm, info, tasks, states_of, options)
 
@@ -96,19 +96,20 @@ def steer_summary(out: dict, accuracy: np.ndarray) -> dict:
     acc, eff = accuracy[chosen], effect[chosen]
     constant = np.ptp(acc) == 0 or np.ptp(eff) == 0  # rank correlation undefined: not assessable
     rho = stats.spearmanr(acc, eff) if not constant else None
-    return {"alphas": list(out["alphas"]), "states": [int(s) for s in chosen], "n_test_pairs": out["n_test"],
-            "n_train_pairs": out["n_train"],
+    return {"alphas": list(out["alphas"]), "classes": list(out["classes"]), "states": [int(s) for s in chosen],
+            "n_test_pairs": out["n_test"], "n_train_pairs": out["n_train"],  # pairs or, for other labels, groups
             "in_sample": bool(out["in_sample"]), "used_states": used,
             "best_state": best, "best_effect": float(effect[best]),
             "best_ci": [float(out["ci_lo"][best, 0]), float(out["ci_hi"][best, 0])], "best_q": float(q[best]),
             "best_flips_sign": bool(flips[best]),
             "rho_probe_steer": None if rho is None else defined(float(rho.statistic)),
-            "rho_p": None if rho is None else defined(float(rho.pvalue))}
+            "rho_p": None if rho is None else defined(float(rho.pvalue)),
+            "blocks_run": out["blocks_run"]}  # decoder blocks the steering passes ran (fewer with prefix reuse)
 
 
 def analyse_model(model: str, n_layers: int, lm, tasks: list[LabelTask],
                   states_of: Callable[[LabelTask], np.ndarray], options: ProbeOptions) -> tuple[dict, list[dict]]:
-    """Every label set's probes (both methods) and, for the pair contrast, steering; (summary, rows)."""
+    """Every label set's probes (both methods) and, for a two-class one, steering; (summary, rows)."""
     summary: dict = {"n_layers": n_layers, "label_sets": {}}
     rows: list[dict] = []
     for task in tasks:
@@ -125,7 +126,7 @@ def analyse_model(model: str, n_layers: int, lm, tasks: list[LabelTask],
         for prof in profiles.values():
             rows += probe_rows(model, n_layers, task.name, prof)
         if task.steerable and options.steer is not None and lm is not None:
-            out = steer_states(lm, X, list(task.texts), options.steer)
+            out = steer_states(lm, X, list(task.texts), task.labels, task.groups, options.steer)
             rows += steer_rows(model, n_layers, task.name, out)
             entry["steering"] = steer_summary(out, profiles["logreg"].accuracy)
             entry["contrast"] = contrast(profiles["logreg"], out)

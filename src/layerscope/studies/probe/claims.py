@@ -47,6 +47,15 @@ def agreement_claim(study: str, model: str, name: str, steer: dict) -> Verdict:
                    status_of(significant), key_text("rho", rho, p=p))
 
 
+def contrast_claim(study: str, model: str, name: str, contrast: dict) -> Verdict:
+    """Decodable where steering is null, and the reverse: both sets are read at BH q < LEVEL of their own tests."""
+    apart, reverse = contrast["decodable_not_used"], contrast["used_not_decodable"]
+    return Verdict(study, model, f"{name}: decodable (probe q < {LEVEL}) where steering is not significant at states "
+                   f"{states_text(apart)}; steering moves it where it is not decodable at states "
+                   f"{states_text(reverse)}", status_of(bool(apart or reverse)),
+                   f"{len(apart)} + {len(reverse)} of the states steered")
+
+
 def claims(result: StudyResult) -> list[Verdict]:
     out = []
     for model, s in result.summary["models"].items():
@@ -55,4 +64,5 @@ def claims(result: StudyResult) -> list[Verdict]:
             if "steering" in entry:
                 out.append(steer_claim(result.study, model, name, entry["steering"]))
                 out.append(agreement_claim(result.study, model, name, entry["steering"]))
+                out.append(contrast_claim(result.study, model, name, entry["contrast"]))
     return out

@@ -5,11 +5,14 @@
 Top panel: out-of-fold accuracy of the logistic and mass-mean probes and of the control task, with bootstrap
 bands and the chance level; the states where the logistic probe is significant (BH) are marked. Middle:
 selectivity (accuracy - control accuracy) with its band. Bottom (the pair contrast): the steering effect at the
-first alpha with its bootstrap band, the -alpha effect, and the random directions' band.
+first alpha with its bootstrap band, the -alpha effect, and the random directions' band. Last, when the same
+suite ran them (``summary["models"][model]["companions"]``): divergence's UA per state and, on its own axis,
+surgery's cost of skipping block b, drawn between states b and b + 1 (the block maps one to the other).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -23,7 +26,8 @@ def figures(result: StudyResult) -> dict[str, Figure]:
     for model, s in result.summary["models"].items():
         for name, entry in s["label_sets"].items():
             rows = result.table[(result.table["model"] == model) & (result.table["label_set"] == name)]
-            out[f"probe_{figure_slug(name)}_{figure_slug(model)}"] = task_figure(rows, entry, model, name)
+            out[f"probe_{figure_slug(name)}_{figure_slug(model)}"] = task_figure(rows, entry, model, name,
+                                                                                  s.get("companions") or {})
     return out
 
 
@@ -31,9 +35,29 @@ def curve(rows: pd.DataFrame, method: str, metric: str) -> pd.DataFrame:
     return rows[(rows["method"] == method) & (rows["metric"] == metric)].sort_values("state")
 
 
-def task_figure(rows: pd.DataFrame, entry: dict, model: str, name: str) -> Figure:
+def companions_panel(ax, companions: dict) -> None:
+    """Divergence's UA per state (left axis) and surgery's skip cost per block (right axis, at b + 0.5)."""
+    ua, skip = companions.get("divergence_ua"), companions.get("surgery_skip")
+    handles = []
+    if ua:
+        handles += ax.plot(ua["states"], [np.nan if v is None else v for v in ua["values"]], marker="s", ms=3,
+                           color=COLORS[4], label=ua["what"])
+        ax.set_ylabel("UA")
+        zero_line(ax)
+    if skip:
+        right = ax.twinx() if ua else ax
+        x = np.array(skip["blocks"]) + 0.5
+        value, lo, hi = (np.array([np.nan if v is None else v for v in skip[k]]) for k in ("values", "ci_lo", "ci_hi"))
+        handles.append(right.errorbar(x, value, yerr=[value - lo, hi - value], fmt="^", ms=3, color=COLORS[5],
+                                      label=f"{skip['what']} (block b at b + 0.5)"))
+        right.set_ylabel("skip cost (mean NLL change)")
+    ax.legend(handles=handles, fontsize=8)
+
+
+def task_figure(rows: pd.DataFrame, entry: dict, model: str, name: str, companions: dict | None = None) -> Figure:
     steer = "steering" in entry
-    fig, grid = figure(3 if steer else 2, 1, (9, 9 if steer else 6.5))
+    n_panels = 2 + steer + bool(companions)
+    fig, grid = figure(n_panels, 1, (9, 3 * n_panels + 0.5))
     axes = grid[:, 0]
     ax = axes[0]
     for (method, label), color in zip([("logreg", "logistic probe"), ("mass_mean", "mass-mean probe"),
@@ -71,5 +95,7 @@ def task_figure(rows: pd.DataFrame, entry: dict, model: str, name: str) -> Figur
         split = "in-sample" if entry["steering"]["in_sample"] else "held-out pairs"
         ax.set(ylabel=f"preference change ({split})")
         ax.legend(fontsize=8)
+    if companions:
+        companions_panel(axes[-1], companions)
     axes[-1].set(xlabel="hidden state (0 = embeddings, L = last block before the final norm)")
     return fig

@@ -4,11 +4,13 @@
     task.texts, task.labels, task.groups, task.steerable
 
 - ``side``: a pair dataset's A and B statements; a pair is one group (its two texts are never split across
-  folds); the contrast steering pushes along (A minus B).
+  folds); steering pushes along A minus B.
 - ``category``: a pair's category, both of its texts; a pair is one group.
 - ``language``: the language of each text of a languages file (the ablation study's; default: the bundled one);
   each text is its own group.
 - a user's labels file (``--labels FILE``, CSV or JSONL ``text,label[,group]``): named by the file's stem.
+
+A task with exactly two classes is ``steerable``: steering pushes along the first sorted class minus the other.
 """
 
 from __future__ import annotations
@@ -34,8 +36,11 @@ class LabelTask:
     groups: np.ndarray
     """(n,) str: rows of one group are never split across folds."""
     source: str
-    steerable: bool = False
-    """Pairs whose two sides make the steering contrast (texts alternate A, B)."""
+
+    @property
+    def steerable(self) -> bool:
+        """Exactly two classes: steering pushes along the first sorted class minus the other (the side: A - B)."""
+        return len(set(self.labels.tolist())) == 2
 
 
 def parse_sets(value: str) -> tuple[str, ...]:
@@ -56,7 +61,7 @@ def pair_tasks(pairs: PairDataset, names: tuple[str, ...]) -> list[LabelTask]:
     groups = np.repeat([f"pair{i}" for i in range(n)], 2)
     out = []
     if "side" in names:
-        out.append(LabelTask("side", texts, np.tile(np.array(["A", "B"]), n), groups, pairs.source, steerable=True))
+        out.append(LabelTask("side", texts, np.tile(np.array(["A", "B"]), n), groups, pairs.source))
     if "category" in names:
         cats = np.array([c.name for c in pairs.categories])[pairs.pair_categories()]
         out.append(LabelTask("category", texts, np.repeat(cats, 2), groups, pairs.source))

@@ -90,4 +90,8 @@ def report(result: StudyResult) -> str:
                     f"profiles {signed(st['rho_probe_steer'])} (p = {number(st['rho_p'])}). Decodable but steering "
                     f"null at states {states(c['decodable_not_used'])}; steering moves it where it is not "
                     f"decodable at states {states(c['used_not_decodable'])}.", ""]
+        if s.get("companions"):
+            seen = "; ".join(md_text(entry["what"]) for entry in s["companions"].values())
+            out += [f"The figures' last panel shows, from this run's other studies: {seen}. A block's skip cost is "
+                    "drawn between the states it maps (block b: from state b to b + 1).", ""]
     return "\n".join(out) + "\n" + CONVENTIONS
