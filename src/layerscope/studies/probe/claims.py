@@ -1,5 +1,5 @@
-"""The probe study's rows of the summary table: per model and label set, where it is decodable; for the pair
-contrast, where steering moves the output, and whether the two profiles agree.
+"""The probe study's rows of the summary table: per model and label set, where it is decodable; for a two-class
+set, where steering moves the output, whether the two profiles agree, and where they part.
 
     claims(result) -> [Verdict, ...]
 """

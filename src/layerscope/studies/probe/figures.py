@@ -4,7 +4,7 @@
 
 Top panel: out-of-fold accuracy of the logistic and mass-mean probes and of the control task, with bootstrap
 bands and the chance level; the states where the logistic probe is significant (BH) are marked. Middle:
-selectivity (accuracy - control accuracy) with its band. Bottom (the pair contrast): the steering effect at the
+selectivity (accuracy - control accuracy) with its band. Then (a two-class label set): the steering effect at the
 first alpha with its bootstrap band, the -alpha effect, and the random directions' band. Last, when the same
 suite ran them (``summary["models"][model]["companions"]``): divergence's UA per state and, on its own axis,
 surgery's cost of skipping block b, drawn between states b and b + 1 (the block maps one to the other).
@@ -92,7 +92,7 @@ def task_figure(rows: pd.DataFrame, entry: dict, model: str, name: str, companio
         band(ax, pos["state"], pos["ci_lo"], pos["ci_hi"], COLORS[2])
         ax.plot(neg["state"], neg["value"], ls="--", color=COLORS[3], label=f"alpha = {-alpha:g}")
         zero_line(ax)
-        split = "in-sample" if entry["steering"]["in_sample"] else "held-out pairs"
+        split = "in-sample" if entry["steering"]["in_sample"] else f"held-out {'pairs' if name == 'side' else 'groups'}"
         ax.set(ylabel=f"preference change ({split})")
         ax.legend(fontsize=8)
     if companions:

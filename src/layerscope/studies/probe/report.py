@@ -29,18 +29,24 @@ CONVENTIONS = f"""\
   pair: its sides swapped at random); selectivity = accuracy - control accuracy, with a paired bootstrap interval.
 - **Decodable from state s**: the first state from which the accuracy stays at or above the lower end of the
   best state's interval; its interval from the bootstrap.
-- **Steering** (pair datasets): v_s = mean over the training pairs of (h_A - h_B) at state s; alpha * v_s is added
-  at every position of state s of each held-out pair's texts. A pair's preference is NLL(B) - NLL(A) (mean NLL
-  per scored token); the effect is the mean over held-out pairs of preference(steered) - preference(intact), with a
-  bootstrap interval over pairs. A direction the model uses moves the preference towards A (positive) and -alpha
-  moves it the other way.
+- **Steering** (every label set with two classes: a pair dataset's side, a category, language or labels file with
+  two). Class A is the first of the sorted classes (the side's A), class B the other. v_s = the mean of the training
+  groups' class-A rows minus the mean of their class-B rows at state s (pairs: the mean over the training pairs of
+  h_A - h_B); alpha * v_s is added at every position of state s of the held-out groups' texts. The preference is
+  the mean NLL of the held-out class-B texts minus that of the class-A texts (each the mean NLL per scored token;
+  pairs: the mean over pairs of NLL(B) - NLL(A)); the effect is preference(steered) - preference(intact), with a
+  bootstrap interval over held-out groups. A direction the model uses moves the preference towards A (positive)
+  and -alpha moves it the other way. A pass steered at s starts at block s from the intact stream kept there
+  (prefix reuse; the same numbers as whole passes).
 - **Steering null.** Random Gaussian directions with the norm of v_s (seeded; `--n-random`): their effects' band,
   and p from a prediction t-test of the effect against their effects (t = (effect - mean) / (sd * sqrt(1 + 1/n)),
   n - 1 degrees of freedom), BH over the states steered; the table's `p_rank` is the rank p
   (1 + #|random| >= |effect|) / (1 + n_random), which with 20 directions cannot go below 1/21.
 - **Verdicts** hold at BH q < {LEVEL}; a probe verdict is fragile when its selectivity interval reaches 0 or the
   mass-mean probe is not significant at the best state; a steering verdict is fragile when -alpha does not flip the
-  sign.
+  sign. Per two-class set, the states where it is decodable but steering is not significant, and the reverse.
+- **Beside it** (in a suite that ran them): the figures' last panel shows divergence's UA per state (mean pooling,
+  mean over categories) and surgery's cost of skipping block b, drawn at b + 0.5 (the block maps state b to b + 1).
 """
 
 
@@ -83,8 +89,9 @@ def report(result: StudyResult) -> str:
             if "steering" not in entry:
                 continue
             st, c = entry["steering"], entry["contrast"]
-            split = "in-sample (fitted and measured on every pair)" if st["in_sample"] else \
-                f"{st['n_train_pairs']} training pairs, {st['n_test_pairs']} held-out pairs"
+            unit = "pairs" if name == "side" else "groups"
+            split = f"in-sample (fitted and measured on all {unit})" if st["in_sample"] else \
+                f"{st['n_train_pairs']} training {unit}, {st['n_test_pairs']} held-out {unit}"
             out += [f"Steering along {md_text(name)} ({split}; alpha {', '.join(map(str, st['alphas']))}): "
                     f"used at states {states(st['used_states'])}; Spearman rho between the probe and steering "
                     f"profiles {signed(st['rho_probe_steer'])} (p = {number(st['rho_p'])}). Decodable but steering "
