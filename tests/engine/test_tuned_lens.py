@@ -1,0 +1,291 @@
+"""The tuned lens against hand computations: zero translators are the logit lens exactly, the last state is the
+model's own output, training undoes a rotation planted in the residual stream (held-out KL from a plain forward
+pass and the KL formula written out), and the folder format round-trips, reads a hand-written tuned-lens folder,
+refuses a pickle that runs code and names both sides of a shape mismatch."""
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import tiny
+from layerscope.engine.batching import collate, pad_id, tokenize
+from layerscope.engine.lens import LensSums, layer_logits, lens_batch
+from layerscope.engine.tuned_lens import LensError, TunedLens, scored_states
+from layerscope.engine.tuned_lens_eval import evaluate_lenses
+from layerscope.engine.tuned_lens_train import split_holdout, train_tuned_lens
+from layerscope.errors import LayerscopeError
+from layerscope.models import LoadedModel
+from layerscope.models.info import decoder_layers
+
+PACKAGE_KEYS = {"base_model_name_or_path", "d_model", "num_hidden_layers", "bias", "base_model_revision",
+                "unembed_hash", "lens_type"}
+TEXTS = [tiny.TEXTS[0], tiny.TEXTS[1], tiny.TEXTS[3]]
+
+
+@pytest.fixture(autouse=True)
+def one_thread(monkeypatch):
+    monkeypatch.setenv("LAYERSCOPE_PROGRESS", "0")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@torch.no_grad()
+def forward(lm, texts=TEXTS):
+    ids = tokenize(lm.tokenizer, texts)
+    batch = collate(ids, np.arange(len(ids)), pad_id=pad_id(lm.tokenizer), side="right")
+    return ids, batch, lm.model(**batch.model_inputs(), output_hidden_states=True, use_cache=False)
+
+
+def random_translators(lens, seed=1, scale=0.1):
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for t in lens.translators:
+            t.weight.copy_(torch.randn(t.weight.shape, generator=gen) * scale)
+            t.bias.copy_(torch.randn(t.bias.shape, generator=gen) * scale)
+    return lens
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@torch.no_grad()
+def test_step_zero_is_the_logit_lens_exactly(arch):
+    lm = tiny.tiny_lm(arch)
+    _, _, out = forward(lm)
+    lens = TunedLens.zeros(lm)
+    assert len(lens.translators) == lm.info.n_layers
+    for layer in range(lm.info.n_layers + 1):
+        h = out.hidden_states[layer]
+        assert torch.equal(lens.logits(layer, h), layer_logits(lm, layer, h)), layer
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@torch.no_grad()
+def test_last_state_is_the_models_output(arch):
+    lm = tiny.tiny_lm(arch)
+    _, batch, out = forward(lm)
+    lens = random_translators(TunedLens.zeros(lm))  # translators play no part at state n_layers
+    n = lm.info.n_layers
+    got = lens.logits(n, out.hidden_states[n])
+    real = batch.attention_mask.bool()
+    torch.testing.assert_close(got[real], out.logits[real], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(lens.logits(0, out.hidden_states[0]), layer_logits(lm, 0, out.hidden_states[0]))
+
+
+@torch.no_grad()
+def test_scored_states_are_the_models_hidden_states():
+    lm = tiny.tiny_lm("llama")
+    ids, batch, out = forward(lm)
+    states, scored = scored_states(lm, ids, np.arange(len(ids)))
+    assert len(states) == lm.info.n_layers + 1 and len(scored.rows) == sum(len(x) - 1 for x in ids)
+    for layer, state in enumerate(states):
+        torch.testing.assert_close(state, out.hidden_states[layer][scored.rows, scored.cols], rtol=1e-5, atol=1e-6)
+
+
+class Rotate(torch.nn.Module):
+    """A decoder block whose output is rotated by ``q`` (``undo=False``) or whose input is rotated back first."""
+
+    def __init__(self, inner, q, undo):
+        super().__init__()
+        self.inner, self.undo = inner, undo
+        self.register_buffer("q", q)
+
+    def forward(self, hidden_states, *args, **kwargs):
+        if self.undo:
+            hidden_states = hidden_states @ self.q.T
+        out = self.inner(hidden_states, *args, **kwargs)
+        if self.undo:
+            return out
+        if isinstance(out, tuple):
+            return (out[0] @ self.q, *out[1:])
+        return out @ self.q
+
+
+def rotated_lm(state=1):
+    """A tiny llama whose residual stream at hidden state ``state`` is rotated by a random orthogonal matrix:
+    block ``state - 1`` rotates its output and block ``state`` undoes it before running, so the model computes
+    exactly what it did, but the logit lens at ``state`` reads a rotated stream."""
+    model = tiny.model("llama", len(tiny.tokenizer(False)), n_layers=3, seed=0)
+    q, _ = torch.linalg.qr(torch.randn(32, 32, generator=torch.Generator().manual_seed(7)))
+    blocks = decoder_layers(model)
+    blocks[state - 1] = Rotate(blocks[state - 1], q, undo=False)
+    blocks[state] = Rotate(blocks[state], q, undo=True)
+    return LoadedModel.wrap(model, tiny.tokenizer(False), name="tiny-llama-rotated")
+
+
+def word_texts(n, seed):
+    words = " ".join(tiny.CORPUS).replace(",", "").replace(".", "").replace("?", "").split()
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(words, size=rng.integers(6, 14))) for _ in range(n)]
+
+
+@torch.no_grad()
+def hand_kl(lm, texts, state, weight, bias):
+    """Mean over every scored token of KL(final || lens) in nats at ``state``: one text at a time, no padding; the
+    state is the input of block ``state`` caught by a hook, the lens ``h + h @ W.T + b`` -> model.norm -> lm_head."""
+    total, count = 0.0, 0
+    caught = []
+    handle = decoder_layers(lm.model)[state].register_forward_pre_hook(lambda _m, args: caught.append(args[0]))
+    try:
+        for text in texts:
+            ids = torch.tensor([lm.tokenizer(text)["input_ids"]])
+            logits = lm.model(input_ids=ids, use_cache=False).logits[0, :-1].double()
+            h = caught[-1][0, :-1].double()
+            lens = lm.model.model.norm((h + h @ weight.double().T + bias.double()).float()).double()
+            lens_logits = lens @ lm.model.lm_head.weight.double().T
+            log_p, log_q = torch.log_softmax(logits, -1), torch.log_softmax(lens_logits, -1)
+            total += float((log_p.exp() * (log_p - log_q)).sum())
+            count += len(h)
+    finally:
+        handle.remove()
+    return total / count
+
+
+@pytest.mark.parametrize(("optimizer", "lr"), [("sgd", None), ("adam", 1e-2)])
+def test_training_undoes_a_planted_rotation(optimizer, lr):
+    lm = rotated_lm(state=1)
+    texts = word_texts(120, seed=0)
+    lens = train_tuned_lens(lm, texts, steps=200, batch_size=8, lr=lr, seed=0, holdout=0.1, optimizer=optimizer,
+                            corpus="random words")
+    fresh = word_texts(12, seed=99)  # never seen in training
+    d = lm.info.hidden_size
+    logit_kl = hand_kl(lm, fresh, 1, torch.zeros(d, d), torch.zeros(d))
+    t = lens.translators[1]
+    tuned_kl = hand_kl(lm, fresh, 1, t.weight.detach(), t.bias.detach())
+    assert tuned_kl < 0.5 * logit_kl, (tuned_kl, logit_kl)
+    record = lens.record
+    assert record["steps"] == 200 and record["seed"] == 0 and record["optimizer"] == optimizer
+    assert record["weights_hash"] == lm.info.weights_hash and record["corpus"]["description"] == "random words"
+    assert record["corpus"]["heldout_texts"] == 12 and record["last_loss"] < record["first_loss"]
+    held = record["heldout"]["metrics"]
+    assert held["tuned_kl"][1] < 0.5 * held["logit_kl"][1]
+    assert held["tuned_kl"][3] == 0 and held["tuned_ce"][3] == pytest.approx(held["logit_ce"][3])
+
+
+def test_split_is_seeded_and_disjoint():
+    train, held = split_holdout(list("abcdefghijklmnopqrst"), 0.1, seed=3)
+    assert len(held) == 2 and not set(train) & set(held) and sorted(train + held) == list(range(20))
+    assert (train, held) == split_holdout(list("abcdefghijklmnopqrst"), 0.1, seed=3)
+
+
+@torch.no_grad()
+def test_evaluation_matches_the_logit_lens_sums():
+    lm = tiny.tiny_lm("llama")
+    ids, batch, out = forward(lm, tiny.TEXTS)
+    sums = LensSums()
+    lens_batch(lm, dict(enumerate(out.hidden_states)), batch, sums)
+    ev = evaluate_lenses(lm, tiny.TEXTS, TunedLens.zeros(lm), batch_size=4, n_resamples=200)
+    want = sums.means()
+    np.testing.assert_allclose(ev.metrics["logit_kl"] * math.log(2), want["lens_kl"], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(ev.metrics["logit_ce"] * math.log(2), want["lens_ce"], rtol=1e-5)
+    np.testing.assert_allclose(ev.metrics["tuned_ce"], ev.metrics["logit_ce"], rtol=1e-6)
+    lo, hi = ev.intervals["logit_ce"].T
+    assert np.all(lo <= ev.metrics["logit_ce"]) and np.all(ev.metrics["logit_ce"] <= hi)
+    assert ev.tokens == sum(len(x) - 1 for x in ids) and ev.texts == len(tiny.TEXTS)
+
+
+@torch.no_grad()
+def test_save_and_load_give_identical_logits(tmp_path):
+    lm = tiny.tiny_lm("gpt2")
+    lens = random_translators(TunedLens.zeros(lm))
+    lens.record.update(steps=7, seed=3)
+    lens.save(tmp_path / "lens")
+    config = json.loads((tmp_path / "lens" / "config.json").read_text())
+    assert PACKAGE_KEYS <= set(config) and config["lens_type"] == "linear_tuned_lens"
+    assert config["d_model"] == 32 and config["num_hidden_layers"] == 3 and config["bias"] is True
+    assert config["layerscope"]["weights_hash"] == lm.info.weights_hash and config["layerscope"]["steps"] == 7
+    assert set(torch.load(tmp_path / "lens" / "params.pt", weights_only=True)) == {
+        f"{i}.{p}" for i in range(3) for p in ("weight", "bias")}
+    back = TunedLens.load(tmp_path / "lens", lm)
+    _, _, out = forward(lm)
+    for layer in range(4):
+        h = out.hidden_states[layer]
+        assert torch.equal(back.logits(layer, h), lens.logits(layer, h))
+    assert back.record["seed"] == 3
+
+
+@torch.no_grad()
+def test_hand_written_tuned_lens_folder(tmp_path):
+    lm = tiny.tiny_lm("llama")
+    gen = torch.Generator().manual_seed(5)
+    params = {}
+    for i in range(3):
+        params[f"{i}.weight"] = torch.randn(32, 32, generator=gen) * 0.1
+        params[f"{i}.bias"] = torch.randn(32, generator=gen) * 0.1
+    folder = tmp_path / "pkg"
+    folder.mkdir()
+    torch.save(params, folder / "params.pt")
+    (folder / "config.json").write_text(json.dumps({
+        "base_model_name_or_path": "tiny", "d_model": 32, "num_hidden_layers": 3, "bias": True,
+        "base_model_revision": None, "unembed_hash": None, "lens_type": "linear_tuned_lens"}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no weights hash recorded: nothing to warn about
+        lens = TunedLens.load(folder, lm)
+    _, _, out = forward(lm)
+    for i in range(3):
+        h = out.hidden_states[i]
+        moved = h + h @ params[f"{i}.weight"].T + params[f"{i}.bias"]
+        want = lm.model.model.norm(moved) @ lm.model.lm_head.weight.T
+        torch.testing.assert_close(lens.logits(i, h), want, rtol=1e-5, atol=1e-5)
+
+
+class Payload:
+    """Unpickling this runs code: it writes ``marker``."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return exec, (f"open({self.marker!r}, 'w').write('ran')",)
+
+
+def test_a_pickle_that_runs_code_is_refused(tmp_path):
+    live = tmp_path / "live.pt"
+    torch.save({"0.weight": Payload(tmp_path / "proof")}, live)
+    torch.load(live, weights_only=False)  # the payload is real: a plain load runs it
+    assert (tmp_path / "proof").exists()
+
+    lm = tiny.tiny_lm("llama")
+    folder = TunedLens.zeros(lm).save(tmp_path / "evil")
+    marker = tmp_path / "marker"
+    torch.save({"0.weight": Payload(marker), "0.bias": torch.zeros(32)}, folder / "params.pt")
+    with pytest.raises(LensError, match=r"params\.pt cannot be loaded as plain tensors") as caught:
+        TunedLens.load(folder, lm)
+    assert isinstance(caught.value, LayerscopeError) and "state dict" in str(caught.value)
+    assert not marker.exists()
+
+
+def test_shapes_that_do_not_fit_are_named(tmp_path):
+    lm3 = tiny.tiny_lm("llama")
+    folder = TunedLens.zeros(lm3).save(tmp_path / "three")
+    lm2 = tiny.tiny_lm("llama", n_layers=2)
+    with pytest.raises(LensError, match=r"d_model=32 and 3 layers .* has d_model=32 and 2 layers"):
+        TunedLens.load(folder, lm2)
+
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "d_model": 16}))
+    with pytest.raises(LensError, match=r"d_model=16 .* has d_model=32"):
+        TunedLens.load(folder, lm3)
+
+    (folder / "config.json").write_text(json.dumps(config))
+    params = torch.load(folder / "params.pt", weights_only=True)
+    torch.save({k: v for k, v in params.items() if not k.startswith("2.")}, folder / "params.pt")
+    with pytest.raises(LensError, match=r"holds 2 translators .* 3 layers"):
+        TunedLens.load(folder, lm3)
+
+    params["1.weight"] = torch.zeros(16, 16)
+    torch.save(params, folder / "params.pt")
+    with pytest.raises(LensError, match=r"1\.weight of shape \(16, 16\)"):
+        TunedLens.load(folder, lm3)
+
+
+def test_other_weights_warn_naming_both_hashes(tmp_path):
+    lm = tiny.tiny_lm("llama")
+    folder = TunedLens.zeros(lm).save(tmp_path / "lens")
+    other = tiny.tiny_lm("llama", seed=1)
+    with pytest.warns(UserWarning, match=f"{lm.info.weights_hash}.*{other.info.weights_hash}"):
+        TunedLens.load(folder, other)
