@@ -14,40 +14,10 @@ the second reads them: compare ``steering_s``, not the wall times, when the cach
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
 
-import numpy as np
-import pandas as pd
+from reuse_runs import largest_relative_difference, run_both
 
 SHORT = ["--label-sets", "side", "--n-permutations", "20", "--n-bootstrap", "200"]
-
-
-def run_cli(model: str, out: Path, *extra: str) -> float:
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "from layerscope.cli import main; main()", "run", "probe", "--model",
-                    model, *SHORT, "--out", str(out), *extra], check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
-
-
-def largest_relative_difference(a: pd.DataFrame, b: pd.DataFrame) -> float:
-    """Over every numeric column both tables hold, row by row (the same rows in the same order, or inf)."""
-    if len(a) != len(b) or list(a.columns) != list(b.columns):
-        return float("inf")
-    keys = [c for c in a.columns if not pd.api.types.is_numeric_dtype(a[c])]
-    if not a[keys].fillna("").equals(b[keys].fillna("")):
-        return float("inf")
-    numeric = [c for c in a.columns if c not in keys]
-    x, y = a[numeric].to_numpy(dtype=float), b[numeric].to_numpy(dtype=float)
-    if not np.array_equal(np.isfinite(x), np.isfinite(y)):
-        return float("inf")
-    both = np.isfinite(x)
-    scale = np.maximum(np.abs(x[both]), 1e-12)
-    return float(np.max(np.abs(x[both] - y[both]) / scale)) if both.any() else 0.0
 
 
 def main() -> None:
@@ -56,12 +26,8 @@ def main() -> None:
     parser.add_argument("--keep", default=None, help="write both run folders here (default: a temporary folder)")
     parser.add_argument("extra", nargs="*", help="more `layerscope run probe` options, after --")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(args.keep or tmp)
-        t_on = run_cli(args.model, folder / "on", *args.extra)
-        t_off = run_cli(args.model, folder / "off", "--no-prefix-reuse", *args.extra)
-        results = {name: json.loads((folder / name / "result.json").read_text()) for name in ("on", "off")}
-        tables = {name: pd.read_csv(folder / name / "table.csv") for name in ("on", "off")}
+    runs = run_both("probe", args.model, [*SHORT, *args.extra], args.keep)
+    t_on, t_off, results, tables = runs.seconds["on"], runs.seconds["off"], runs.results, runs.tables
     steering = {name: r["manifest"]["timings"]["steering_s"] for name, r in results.items()}
     summary = next(iter(results["on"]["summary"]["models"].values()))
     st = summary["label_sets"]["side"]["steering"]

@@ -14,32 +14,8 @@ below it).
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
 
-import numpy as np
-import pandas as pd
-
-
-def run_cli(model: str, out: Path, *extra: str) -> float:
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "from layerscope.cli import main; main()", "run", "surgery", "--model",
-                    model, "--out", str(out), *extra], check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
-
-
-def largest_relative_difference(a: pd.DataFrame, b: pd.DataFrame) -> float:
-    numeric = ["value", "ci_lo", "ci_hi", "p"]
-    x, y = a[numeric].to_numpy(dtype=float), b[numeric].to_numpy(dtype=float)
-    both = np.isfinite(x) & np.isfinite(y)
-    if not np.array_equal(np.isfinite(x), np.isfinite(y)):
-        return float("inf")
-    scale = np.maximum(np.abs(x[both]), 1e-12)
-    return float(np.max(np.abs(x[both] - y[both]) / scale)) if both.any() else 0.0
+from reuse_runs import largest_relative_difference, run_both
 
 
 def main() -> None:
@@ -48,12 +24,8 @@ def main() -> None:
     parser.add_argument("--keep", default=None, help="write both run folders here (default: a temporary folder)")
     parser.add_argument("extra", nargs="*", help="more `layerscope run surgery` options, after --")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(args.keep or tmp)
-        t_on = run_cli(args.model, folder / "on", *args.extra)
-        t_off = run_cli(args.model, folder / "off", "--no-prefix-reuse", *args.extra)
-        results = {name: json.loads((folder / name / "result.json").read_text()) for name in ("on", "off")}
-        tables = {name: pd.read_csv(folder / name / "table.csv") for name in ("on", "off")}
+    runs = run_both("surgery", args.model, [*args.extra], args.keep)
+    t_on, t_off, results, tables = runs.seconds["on"], runs.seconds["off"], runs.results, runs.tables
     passes = {name: r["manifest"]["timings"]["passes_s"] for name, r in results.items()}
     summary = next(iter(results["on"]["summary"]["models"].values()))
     print(f"model {args.model}: {summary['n_texts']} texts, {summary['passes_per_batch']} passes per batch")
