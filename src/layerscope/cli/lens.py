@@ -50,9 +50,13 @@ def lens_command(
                                 "Default: bfloat16 on CUDA, float32 on CPU."),
     device: str = typer.Option(None, "--device", help="cpu, cuda or cuda:N. Default: cuda if present, else cpu."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress details to stderr."),
+    tuned: str = typer.Option(None, "--tuned", help="Read through a tuned lens instead: its folder (config.json "
+                              "and params.pt, as train-lens or the tuned-lens package write them), or 'auto' for "
+                              "the lens train-lens trained for this model with its defaults."),
 ) -> None:
-    """Read PROMPT through the model's final norm and head at every layer (the logit lens, as the atlas) and print
-    the layer x position grid of top-1 next tokens; with --out, also a CSV of the top-k and a heat map."""
+    """Read PROMPT through the model's final norm and head at every layer (the logit lens, as the atlas; with
+    --tuned, the tuned lens) and print the layer x position grid of top-1 next tokens; with --out, also a CSV of the
+    top-k and a heat map."""
     from ..engine.lens_prompt import check_top_k, lens
     from ..models import load_model
 
@@ -61,8 +65,10 @@ def lens_command(
     check_top_k(top_k)
     targets = out_files(out, len(prompts) if texts else None, force, [p for p in (texts, model) if p]) if out else []
     lm = load_model(model, dtype=dtype.value, device=device)
-    table = lens(lm, prompts if texts is not None else prompts[0], top_k=top_k)
-    typer.echo(f"logit lens of {lm.info.name}: the top-1 next token at each layer (rows; {lm.info.n_layers} = "
+    translators = load_tuned(tuned, lm) if tuned is not None else None
+    table = lens(lm, prompts if texts is not None else prompts[0], top_k=top_k, lens=translators)
+    which = "logit lens" if translators is None else "tuned lens"
+    typer.echo(f"{which} of {lm.info.name}: the top-1 next token at each layer (rows; {lm.info.n_layers} = "
                "the model's output) after each input token (columns); · = space")
     for i, (key, text) in enumerate(zip(table.prompt_indices(), table.texts(), strict=True)):
         if key is not None:
@@ -71,6 +77,72 @@ def lens_command(
     if out:
         write_files(table, targets, lm.info.name, prompts)
         typer.echo(f"\nwrote {', '.join(str(p) for p in targets)}")
+
+
+def load_tuned(tuned: str, lm):
+    """The tuned lens of ``--tuned``: a folder, or ``auto`` (the cached lens of train-lens's defaults)."""
+    from ..engine.tuned_lens import LensError, TunedLens
+    from ..engine.tuned_lens_cache import cached_lens_dir
+
+    if tuned != "auto":
+        return TunedLens.load(tuned, lm)
+    folder = cached_lens_dir(lm, default_settings())
+    if not (folder / "config.json").is_file():
+        raise LensError(f"no tuned lens of {lm.info.name} is cached with train-lens's defaults; train one with "
+                        f"layerscope train-lens --model {lm.info.name}, or pass --tuned FOLDER")
+    return TunedLens.load(folder, lm)
+
+
+def default_settings(steps: int = 250, batch_size: int = 8, seed: int = 0) -> dict:
+    """The training settings that key a lens in the cache (train-lens's options, no corpus file)."""
+    return {"corpus": "default", "steps": steps, "batch_size": batch_size, "seed": seed}
+
+
+@app.command("train-lens")
+@user_errors
+def train_lens_command(
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help=MODEL_HELP),
+    corpus: Path = typer.Option(None, "--corpus", help="Texts to train on: a text file, one per line (blank and # "
+                                "lines skipped), or a languages .json file. Default: the bundled texts and 64 "
+                                "texts the model writes itself (seeded)."),
+    steps: int = typer.Option(250, "--steps", min=1, help="Optimiser steps (SGD with Nesterov momentum, the "
+                              "paper's recipe)."),
+    batch_size: int = typer.Option(8, "--batch-size", min=1, help="Texts per step."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the held-out split, the batches and the model's samples."),
+    out: Path = typer.Option(None, "--out", "-o", help="Folder for config.json and params.pt (the tuned-lens "
+                             "package's format). Default: the cache, keyed by the model's weights and these "
+                             "settings, where --tuned auto finds it."),
+    force: bool = typer.Option(False, "--force", help="Train again even when the folder holds a lens."),
+    dtype: DType = typer.Option(DType.auto, "--dtype", help="One dtype for every parameter. "
+                                "Default: bfloat16 on CUDA, float32 on CPU."),
+    device: str = typer.Option(None, "--device", help="cpu, cuda or cuda:N. Default: cuda if present, else cpu."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress details to stderr."),
+) -> None:
+    """Train a tuned lens (Belrose et al. 2023): one affine translator per hidden state, fitted to the model's own
+    final distribution; 10 % of the texts are held out, and the held-out KL and cross-entropy of both lenses per
+    state are printed and kept in config.json."""
+    from ..data.texts import load_texts
+    from ..engine.tuned_lens_cache import trained_lens
+    from ..models import load_model
+
+    setup_logging(verbose)
+    texts = list(load_texts(corpus).texts) if corpus is not None else None
+    if out is not None and out.exists() and not out.is_dir():
+        raise OutputError(f"output path {out} exists and is not a folder; choose another {OUT}")
+    if out is not None and out.is_dir() and any(out.iterdir()) and not (out / "config.json").is_file():
+        raise OutputError(f"{out} holds other files; choose an empty or new {OUT}")
+    lm = load_model(model, dtype=dtype.value, device=device)
+    settings = default_settings(steps, batch_size, seed)
+    settings.pop("corpus")
+    lens, folder, fresh = trained_lens(lm, texts, str(corpus) if corpus is not None else None, force=force,
+                                       out=out, **settings)
+    typer.echo(f"{'trained' if fresh else 'found'} the tuned lens of {lm.info.name} in {folder}")
+    held = (lens.record.get("heldout") or {}).get("metrics")
+    if held:
+        typer.echo("held-out, bits per token: state, KL logit lens, KL tuned lens, CE logit lens, CE tuned lens")
+        for state, row in enumerate(zip(held["logit_kl"], held["tuned_kl"], held["logit_ce"], held["tuned_ce"],
+                                        strict=True)):
+            typer.echo(f"{state:>5}  " + "  ".join(f"{v:8.3f}" for v in row))
 
 
 def read_prompts(prompt: str | None, texts: Path | None) -> list[str]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import html
 import unicodedata
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -32,6 +33,9 @@ from ..models.load import LoadedModel
 from ..progress import steps
 from .guards import encode, nonfinite_error, text_label
 from .lens import final_norm, layer_logits
+
+if TYPE_CHECKING:
+    from .tuned_lens import TunedLens
 
 COLUMNS = ["layer", "position", "input_token", "rank", "token", "token_id", "prob"]
 PROMPT_INDEX = "prompt_index"
@@ -186,10 +190,11 @@ def _html_grid(text: str | None, inputs: list[str], tokens: pd.DataFrame, probs:
 
 
 @torch.inference_mode()
-def lens_top(lm: LoadedModel, ids: Sequence[int], top_k: int,
-             label: str = "the prompt") -> tuple[np.ndarray, np.ndarray]:
+def lens_top(lm: LoadedModel, ids: Sequence[int], top_k: int, label: str = "the prompt",
+             tuned: TunedLens | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``probs, token_ids = lens_top(lm, ids, 5)``: (n_layers + 1, T, top_k) float32 and int64, the top-k of each
-    layer's lens at each position of one text's token ids, most likely first. A NaN or inf probability raises
+    layer's lens at each position of one text's token ids, most likely first; through the tuned lens ``tuned``
+    when given (layer n_layers is the model's output either way). A NaN or inf probability raises
     :func:`~.guards.nonfinite_error` naming the layer and ``label`` (the text)."""
     n_layers = lm.info.n_layers
     x = torch.tensor([list(ids)], device=input_device(lm.model))
@@ -197,8 +202,10 @@ def lens_top(lm: LoadedModel, ids: Sequence[int], top_k: int,
     head, norm = lm.model.get_output_embeddings(), final_norm(lm)
     probs, tops = [], []
     for layer in range(n_layers + 1):
-        logits = out.logits[0] if layer == n_layers else layer_logits(lm, layer, out.hidden_states[layer][0],
-                                                                      head=head, norm=norm)
+        h = out.hidden_states[layer][0]
+        logits = (out.logits[0] if layer == n_layers else
+                  layer_logits(lm, layer, h, head=head, norm=norm) if tuned is None else
+                  tuned.logits(layer, h, lm=lm, head=head, norm=norm))
         p = torch.softmax(logits.float(), dim=-1)  # (T, vocab)
         if not bool(torch.isfinite(p).all()):
             raise nonfinite_error(lm, label, layer)
@@ -219,10 +226,12 @@ def check_top_k(top_k: int, vocab: int | None = None, model: str | None = None) 
                               f"number from 1 to {vocab}, e.g. 5")
 
 
-def lens(lm: LoadedModel, text: str | Sequence[str], top_k: int = 5, *, progress: bool | None = None) -> LensTable:
+def lens(lm: LoadedModel, text: str | Sequence[str], top_k: int = 5, *, lens: TunedLens | None = None,
+         progress: bool | None = None) -> LensTable:
     """``table = lens(lm, "The capital of France is", top_k=5)``: the :class:`LensTable` of one prompt (or of
     a list of them, indexed by ``text``, even a list of one; progress is shown for several unless
-    ``progress=False``). A list's rows carry ``prompt_index``, the prompt's position in it: a prompt given twice
+    ``progress=False``); ``lens=TunedLens.load(folder, lm)``: read through that tuned lens instead of the logit
+    lens. A list's rows carry ``prompt_index``, the prompt's position in it: a prompt given twice
     is read twice, each under its own index.
 
     :class:`ExtractionError` for an empty prompt, ``top_k`` outside 1..vocab, or a prompt longer than the model's
@@ -244,7 +253,7 @@ def lens(lm: LoadedModel, text: str | Sequence[str], top_k: int = 5, *, progress
         else range(len(texts))
     frames = []
     for i in order:
-        probs, tops = lens_top(lm, ids[i], int(top_k), text_label(texts, i))
+        probs, tops = lens_top(lm, ids[i], int(top_k), text_label(texts, i), tuned=lens)
         frame = _frame(lm, ids[i], probs, tops)
         if several:
             frame.insert(0, PROMPT_INDEX, np.full(len(frame), i, dtype=np.int64))

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from ..errors import LayerscopeError
+from ..io import atomic_file
 
 CONFIG = "config.json"
 PARAMS = "params.pt"
@@ -59,11 +60,12 @@ def package_config(name: str, d_model: int, n_layers: int, revision: str | None 
 
 def write_lens(folder: str | Path, params: dict[str, torch.Tensor], config: dict[str, Any]) -> Path:
     """Write ``params`` (the translators' state dict, moved to the CPU) as ``params.pt`` and ``config`` as
-    ``config.json`` into ``folder`` (made if missing); returns the folder."""
+    ``config.json`` into ``folder`` (made if missing), each atomically and config.json last; returns the folder."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    torch.save({k: v.detach().to("cpu", torch.float32).contiguous() for k, v in params.items()}, folder / PARAMS)
-    (folder / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    with atomic_file(folder / PARAMS) as f:  # each file whole or not at all; config.json last: a finished lens
+        torch.save({k: v.detach().to("cpu", torch.float32).contiguous() for k, v in params.items()}, f)
+    with atomic_file(folder / CONFIG, "w") as f:
+        f.write(json.dumps(config, indent=2, sort_keys=False) + "\n")
     return folder
 
 
