@@ -17,6 +17,7 @@ from layerscope.cli import app
 from layerscope.engine.lens_prompt import lens
 from layerscope.engine.tuned_lens import TunedLens
 from layerscope.models import load_model
+from layerscope.report.lens_figure import lens_comparison_figure
 
 runner = CliRunner()
 PROMPT = "the cat sat on the mat"
@@ -84,6 +85,13 @@ def test_train_lens_writes_the_format_finds_it_again_and_lens_reads_through_it(m
     params = torch.load(out / "params.pt", weights_only=True)
     assert sorted(params) == sorted(f"{i}.{k}" for i in range(3) for k in ("weight", "bias"))
     assert any(float(v.abs().max()) > 0 for v in params.values())  # three SGD steps moved the translators
+    fig = lens_comparison_figure(config["layerscope"]["heldout"])  # what lens_eval.png shows
+    drawn = {line.get_label(): line.get_ydata() for ax in fig.axes for line in ax.get_lines()
+             if line.get_label().endswith("lens")}
+    assert len(drawn) == 2 and (out / "lens_eval.png").stat().st_size > 0
+    kl = [line.get_ydata() for line in fig.axes[0].get_lines() if line.get_label().endswith("lens")]
+    held = config["layerscope"]["heldout"]["metrics"]
+    assert np.allclose(kl[0], held["logit_kl"]) and np.allclose(kl[1], held["tuned_kl"])
     again = runner.invoke(app, args)
     assert again.exit_code == 0 and "found the tuned lens" in again.output  # the second use costs nothing
     assert torch.equal(torch.load(out / "params.pt", weights_only=True)["0.weight"], params["0.weight"])

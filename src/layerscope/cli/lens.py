@@ -137,12 +137,26 @@ def train_lens_command(
     lens, folder, fresh = trained_lens(lm, texts, str(corpus) if corpus is not None else None, force=force,
                                        out=out, **settings)
     typer.echo(f"{'trained' if fresh else 'found'} the tuned lens of {lm.info.name} in {folder}")
-    held = (lens.record.get("heldout") or {}).get("metrics")
+    evaluation = lens.record.get("heldout") or {}
+    held = evaluation.get("metrics")
+    if held and fresh:
+        write_comparison(folder / "lens_eval.png", evaluation, lm.info.name)
     if held:
         typer.echo("held-out, bits per token: state, KL logit lens, KL tuned lens, CE logit lens, CE tuned lens")
         for state, row in enumerate(zip(held["logit_kl"], held["tuned_kl"], held["logit_ce"], held["tuned_ce"],
                                         strict=True)):
             typer.echo(f"{state:>5}  " + "  ".join(f"{v:8.3f}" for v in row))
+
+
+def write_comparison(path: Path, evaluation: dict, model: str) -> None:
+    """The held-out comparison of both lenses (:func:`~layerscope.report.lens_figure.lens_comparison_figure`) as
+    a PNG, written atomically."""
+    from ..io import atomic_file
+    from ..report.lens_figure import lens_comparison_figure, save_quietly
+
+    fig = lens_comparison_figure(evaluation, title=f"{model}: held-out texts, logit lens vs tuned lens")
+    with atomic_file(path) as f:
+        save_quietly(fig, f, format="png", dpi=150)
 
 
 def read_prompts(prompt: str | None, texts: Path | None) -> list[str]:

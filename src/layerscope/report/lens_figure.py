@@ -3,6 +3,7 @@ token written in its cell.
 
     fig = lens_figure(probs, tokens, inputs, title="smollm2-135m: The capital of France is")
     fig.savefig("lens.png", dpi=150)          # a matplotlib.figure.Figure (no pyplot)
+    fig = lens_comparison_figure(lens.record["heldout"])   # a tuned lens's held-out KL and CE vs the logit lens's
 
 ``probs``: (n_layers + 1, T) top-1 probabilities, row ``l`` = layer ``l`` (drawn bottom to top); ``tokens``:
 (n_layers + 1, T) the top-1 tokens and ``inputs`` the T input tokens, as printable one-line labels (e.g. through
@@ -17,6 +18,8 @@ from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
+
+from .plotting import COLORS, band, figure
 
 CMAP = "viridis"
 COLORBAR_LABEL = "top-1 probability"
@@ -62,3 +65,24 @@ def save_quietly(fig: Figure, path, **kwargs) -> None:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Glyph .* missing from")
         fig.savefig(path, **kwargs)
+
+
+def lens_comparison_figure(evaluation: dict, title: str | None = None) -> Figure:
+    """``fig = lens_comparison_figure(lens.record["heldout"])``: held-out KL to the final distribution (left) and
+    cross-entropy (right), bits per token, per hidden state, logit lens vs tuned lens, each with its bootstrap
+    band; ``evaluation`` is :meth:`~layerscope.engine.tuned_lens_eval.LensEvaluation.to_dict`'s plain dict."""
+    states = np.asarray(evaluation["states"])
+    fig, axes = figure(1, 2, (11, 4.2))
+    for ax, metric, label in ((axes[0, 0], "kl", "KL(final || lens), bits/token"),
+                              (axes[0, 1], "ce", "cross-entropy, bits/token")):
+        for lens, color in (("logit", COLORS[0]), ("tuned", COLORS[1])):
+            key = f"{lens}_{metric}"
+            values = np.asarray(evaluation["metrics"][key], dtype=np.float64)
+            ax.plot(states, values, marker="o", ms=3, color=color, label=f"{lens} lens")
+            interval = np.asarray(evaluation["intervals"][key], dtype=np.float64)
+            band(ax, states, interval[:, 0], interval[:, 1], color)
+        ax.set(xlabel="hidden state (0 = embeddings; L = the model's output)", ylabel=label)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return fig
