@@ -23,6 +23,7 @@ import torch
 from ..models.info import input_device
 from ..models.load import LoadedModel
 from ..paths import cache_root, safe_slug
+from ..progress import steps
 from ..provenance import sha256_json
 from .tuned_lens import TunedLens
 
@@ -41,7 +42,7 @@ def model_samples(lm: LoadedModel, prompts: Sequence[str], seed: int, new_tokens
     """One sampled continuation (temperature 1, the full distribution) of each prompt's first two tokens."""
     generator = torch.Generator(device="cpu").manual_seed(seed)
     out = []
-    for prompt in prompts:
+    for prompt in steps(list(prompts), f"sample texts from {lm.info.name}", "text"):
         ids = lm.tokenizer(prompt, return_tensors="pt")["input_ids"][:, :2]
         for _ in range(new_tokens):
             logits = lm.model(input_ids=ids.to(input_device(lm.model)), use_cache=False).logits[0, -1].float()
