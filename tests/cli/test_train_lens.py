@@ -25,8 +25,12 @@ PROMPT = "the cat sat on the mat"
 
 @pytest.fixture(autouse=True)
 def one_thread_and_own_cache(monkeypatch, tmp_path):
+    """One torch thread inside each test (restored after: later tests compare against subprocesses bitwise)."""
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     monkeypatch.setenv("LAYERSCOPE_CACHE", str(tmp_path / "cache"))
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture

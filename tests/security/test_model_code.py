@@ -113,7 +113,8 @@ def keyword_calls(name: str) -> list[tuple[str, int, ast.expr]]:
 
 def test_no_call_in_the_source_trusts_remote_code_or_unpickles():
     """Read off the source itself: every ``trust_remote_code=`` is the constant False, every ``weights_only=``
-    True, every ``allow_pickle=`` False, and every ``np.load`` says ``allow_pickle=False``."""
+    True, every ``allow_pickle=`` False, every ``np.load`` says ``allow_pickle=False``, no pickle or joblib load,
+    and the one ``torch.load`` (a tuned lens's params.pt) says ``weights_only``."""
     for keyword, safe in (("trust_remote_code", False), ("weights_only", True), ("allow_pickle", False)):
         for file, line, value in keyword_calls(keyword):
             assert isinstance(value, ast.Constant) and value.value is safe, f"{file}:{line} {keyword}"
@@ -125,8 +126,14 @@ def test_no_call_in_the_source_trusts_remote_code_or_unpickles():
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "np"):
                 loads.append((path.name, node.lineno, {kw.arg for kw in node.keywords}))
     assert len(loads) >= 3 and all("allow_pickle" in kws for _, _, kws in loads), loads
-    unpickling = ("torch.load(", "pickle.load(", "pickle.loads(", "joblib.load(")
+    unpickling = ("pickle.load(", "pickle.loads(", "joblib.load(")
     assert not [p.name for p in SRC.rglob("*.py") if any(call in p.read_text() for call in unpickling)]
+    # torch.load only for a tuned lens's params.pt, and only as tensors (weights_only=True, checked above)
+    torch_loads = [(path.name, node.lineno, {kw.arg for kw in node.keywords}) for path in SRC.rglob("*.py")
+                   for node in ast.walk(ast.parse(path.read_text()))
+                   if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "load"
+                   and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"]
+    assert [(name, "weights_only" in kws) for name, _, kws in torch_loads] == [("tuned_lens_io.py", True)]
 
 
 @pytest.mark.parametrize("how", ["pickle", "torch.save"])
