@@ -25,8 +25,9 @@ $(STAMP): pyproject.toml requirements.lock
 		  { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }; }
 	touch $@
 
-run: $(STAMP)  ## all eight studies on the default models -> runs/<time>/index.html
-	$(BIN)/layerscope run
+run: $(STAMP)  ## all eight studies on the default models -> runs/<time>/index.html; the atlas also reads through SmolLM2's tuned lens
+	$(BIN)/layerscope train-lens --model smollm2-135m  # once: later runs find it in the cache
+	$(BIN)/layerscope run --tuned-lens auto
 
 test: $(STAMP)  ## every test: unit (tiny random models) and integration (real SmolLM2)
 	$(BIN)/python -m pytest -q

@@ -8,6 +8,8 @@
     acts.nll_mean                                 # (n_texts,)
     m = ls.measure_interventions(lm, texts, [ls.Intervention.skip(3)])   # m[iv].nll, .kl, ... per text
     ls.lens(lm, "The capital of France is")       # the logit lens of one prompt: top-k per layer and position
+    tl = ls.train_tuned_lens(lm, texts)           # a tuned lens (Belrose et al. 2023); tl.save(folder)
+    ls.lens(lm, "The capital of France is", lens=ls.TunedLens.load(folder, lm))   # read through it
     ls.probe(acts, labels, groups=groups)         # cross-validated probes per hidden state, with a control task
     ls.steer(lm, texts, state=12, vector=v, alpha=1.0)   # mean NLL per text with alpha * v added at state 12
     ls.run_study(ls.StudyConfig(study="probe"))   # a study by name; result.write("runs/probe")
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
     from .engine.steering import steer
     from .engine.surgery import Intervention, intervened
     from .engine.surgery_run import measure_interventions
+    from .engine.tuned_lens import TunedLens
+    from .engine.tuned_lens_train import train_tuned_lens
     from .models import DEFAULT_MODEL, ZOO, LoadedModel, ModelInfo, load_model
     from .run import SuiteResult, get_study, load_run, run_study, write_result
     from .study import Study, StudyConfig, StudyResult, register_study
@@ -43,14 +47,15 @@ _LAZY = {"PairDataset": "data", "load_pairs": "data", "POOLINGS": "engine", "Act
          "intervened": "engine.surgery", "measure_interventions": "engine.surgery_run",
          "StudyConfig": "study", "StudyResult": "study", "Study": "study", "register_study": "study",
          "SuiteResult": "run", "get_study": "run", "load_run": "run", "run_study": "run",
-         "write_result": "run", "lens": "engine.lens_prompt", "probe": "engine.probing", "steer": "engine.steering"}
+         "write_result": "run", "lens": "engine.lens_prompt", "probe": "engine.probing", "steer": "engine.steering",
+         "TunedLens": "engine.tuned_lens", "train_tuned_lens": "engine.tuned_lens_train"}
 
 __all__ = [
     "DEFAULT_MODEL", "POOLINGS", "ZOO", "Activations", "DatasetError", "ExtractSettings", "ExtractionError",
     "Intervention", "LayerscopeError", "LoadedModel", "ModelInfo", "ModelLoadError", "OutputError", "PairDataset",
-    "Study", "StudyConfig", "StudyResult", "SuiteResult", "__version__", "extract", "get_study", "intervened",
-    "lens", "load_model", "load_pairs", "load_run", "measure_interventions", "probe", "register_study", "run_study",
-    "steer", "write_result",
+    "Study", "StudyConfig", "StudyResult", "SuiteResult", "TunedLens", "__version__", "extract", "get_study",
+    "intervened", "lens", "load_model", "load_pairs", "load_run", "measure_interventions", "probe", "register_study",
+    "run_study", "steer", "train_tuned_lens", "write_result",
 ]
 
 

@@ -81,21 +81,9 @@ def lens_command(
 
 def load_tuned(tuned: str, lm):
     """The tuned lens of ``--tuned``: a folder, or ``auto`` (the cached lens of train-lens's defaults)."""
-    from ..engine.tuned_lens import LensError, TunedLens
-    from ..engine.tuned_lens_cache import cached_lens_dir
+    from ..engine.tuned_lens_cache import resolve_lens
 
-    if tuned != "auto":
-        return TunedLens.load(tuned, lm)
-    folder = cached_lens_dir(lm, default_settings())
-    if not (folder / "config.json").is_file():
-        raise LensError(f"no tuned lens of {lm.info.name} is cached with train-lens's defaults; train one with "
-                        f"layerscope train-lens --model {lm.info.name}, or pass --tuned FOLDER")
-    return TunedLens.load(folder, lm)
-
-
-def default_settings(steps: int = 250, batch_size: int = 8, seed: int = 0) -> dict:
-    """The training settings that key a lens in the cache (train-lens's options, no corpus file)."""
-    return {"corpus": "default", "steps": steps, "batch_size": batch_size, "seed": seed}
+    return resolve_lens(tuned, lm)[0]
 
 
 @app.command("train-lens")
@@ -122,7 +110,7 @@ def train_lens_command(
     final distribution; 10 % of the texts are held out, and the held-out KL and cross-entropy of both lenses per
     state are printed and kept in config.json."""
     from ..data.texts import load_texts
-    from ..engine.tuned_lens_cache import trained_lens
+    from ..engine.tuned_lens_cache import default_settings, trained_lens
     from ..models import load_model
 
     setup_logging(verbose)

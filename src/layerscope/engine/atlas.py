@@ -50,6 +50,7 @@ from .batching import MAX_TEXTS_PER_BATCH, collate, memory_budget, pad_id, plan_
 from .capture import last_capture, pre_norm_capture
 from .guards import check_finite, encode
 from .head import head_only_last
+from .lens import Translate
 from .massive_profile import MassiveSummary
 
 __all__ = ["AtlasPass", "atlas_pass", "prefix_within", "prompt_entropy_sums"]
@@ -102,6 +103,8 @@ class AtlasPass:
     """The prompt entropy's convention (:func:`.atlas_sums.prompt_entropies`)."""
     seconds: dict[str, float] = field(default_factory=dict)
     """``forward_s`` (the model) and ``measures_s`` (the sums above), over all batches."""
+    tuned_lens: dict[str, np.ndarray] | None = None
+    """:attr:`lens` through the tuned lens the pass was given (None without one)."""
 
 
 def prefix_within(lengths: Sequence[int], max_tokens: int | None) -> int:
@@ -115,12 +118,14 @@ def prefix_within(lengths: Sequence[int], max_tokens: int | None) -> int:
 @torch.inference_mode()
 def atlas_pass(lm: LoadedModel, texts: Sequence[str], *, layers: Sequence[int] | None = None,
                batch_size: int | None = None, max_length: int | None = None, max_tokens: int | None = None,
-               progress: bool | None = None, convention: str = "skean") -> AtlasPass:
+               progress: bool | None = None, convention: str = "skean", tuned: Translate | None = None) -> AtlasPass:
     """Run ``texts`` (the first ones within ``max_tokens`` tokens when given) through ``lm`` once, in
     length-sorted batches, and measure ``layers`` (default: every layer 0..n_layers).
 
     ``ExtractionError`` before any forward pass for a text longer than the model's positions (``max_length``
-    truncates), and after a batch whose states hold NaN or inf, naming layer and text."""
+    truncates), and after a batch whose states hold NaN or inf, naming layer and text. ``tuned``: a tuned lens's
+    ``translate(layer, h)`` (:meth:`.tuned_lens.TunedLens.translate`): the lens metrics are then also measured
+    through it (:attr:`AtlasPass.tuned_lens`), from the same states."""
     if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
         raise ExtractionError("the atlas needs a non-empty list of non-empty texts")
     n_layers = lm.info.n_layers
@@ -130,7 +135,7 @@ def atlas_pass(lm: LoadedModel, texts: Sequence[str], *, layers: Sequence[int] |
     ids = encode(lm, texts, max_length)
     n_texts = prefix_within([len(x) for x in ids], max_tokens)
     ids = ids[:n_texts]
-    sums = PassSums(lm, layers, n_texts, convention)
+    sums = PassSums(lm, layers, n_texts, convention, tuned=tuned)
     seconds = {"forward_s": 0.0, "measures_s": 0.0}
     device = input_device(lm.model)
     budget = memory_budget(lm.model, lm.info.vocab_size, n_layers + 2)
@@ -171,6 +176,7 @@ def _result(sums: PassSums, n_tokens: int, seconds: dict[str, float]) -> AtlasPa
     stats = sums.text_stats()
     means = sums.lens.means()
     pick = [sums.lens.layers.index(layer) for layer in sums.layers]
+    tuned = sums.tuned_lens.means() if sums.tuned_lens is not None else None
     tokens = stats.tokens.sum(axis=1)  # (2,)
     usable = ~np.isnan(sums.entropy[0])  # (n, L, 3): texts of 2 or more tokens
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -187,7 +193,8 @@ def _result(sums: PassSums, n_tokens: int, seconds: dict[str, float]) -> AtlasPa
         prompt_entropy={key: entropy[:, i] for i, key in enumerate(ENTROPY_KEYS)}, prompt_entropy_texts=used,
         pooled=stats.pooled[0], spectrum=spectrum[0], spectrum_kept=spectrum[1], massive=sums.massive.result(),
         massive_tokens=counts["massive"], kept_tokens=counts["kept"], texts=stats, convention=sums.convention,
-        seconds={key: round(value, 3) for key, value in seconds.items()})
+        seconds={key: round(value, 3) for key, value in seconds.items()},
+        tuned_lens={key: value[pick] for key, value in tuned.items()} if tuned is not None else None)
 
 
 def _spectrum_metrics(values: list[np.ndarray]) -> dict[str, np.ndarray]:

@@ -39,7 +39,7 @@ from .atlas_entropy import CONVENTIONS, EntropyGrams, from_host, host_bytes, pro
 from .atlas_layout import Layout, to_host
 from .atlas_moments import RITZ_K, Moments
 from .batching import Batch
-from .lens import LensSums, lens_batch
+from .lens import LensSums, Translate, lens_batch
 from .massive import massive_mask
 from .massive_profile import MassiveProfile, delimiter_ids, text_table
 
@@ -61,6 +61,8 @@ class TextStats:
 
     lens: np.ndarray
     """(2, n, L, 4) sums over the text's scored tokens of lens_ce, lens_entropy, lens_kl, lens_top1_agree."""
+    tuned_lens: np.ndarray | None
+    """The same through the tuned lens (None when the pass had none)."""
     scored: np.ndarray
     """(2, n) scored tokens of each text."""
     influence: np.ndarray
@@ -92,7 +94,8 @@ class TextStats:
 class PassSums:
     """The running sums of :func:`.atlas.atlas_pass` for one model (module docstring)."""
 
-    def __init__(self, lm: LoadedModel, layers: list[int], n_texts: int, convention: str = "skean"):
+    def __init__(self, lm: LoadedModel, layers: list[int], n_texts: int, convention: str = "skean",
+                 tuned: Translate | None = None):
         if convention not in CONVENTIONS:
             raise ValueError(f"unknown entropy convention {convention!r}; use {' or '.join(CONVENTIONS)}")
         self.lm, self.layers, self.n_texts, self.convention = lm, layers, n_texts, convention
@@ -100,6 +103,8 @@ class PassSums:
         self.transitions = [layer for layer in layers if layer < self.n_layers]
         self.delimiters = delimiter_ids(lm.tokenizer)
         self.lens, self.massive = LensSums(n_texts), MassiveProfile()
+        self.tuned = tuned
+        self.tuned_lens = LensSums(n_texts) if tuned is not None else None
         n, n_l, n_t, d = n_texts, len(layers), len(self.transitions), lm.info.hidden_size
         self.moments = Moments(n_l, d, RITZ_K)
         self.ritz_min_tokens = RITZ_MIN_TOKENS  # read here, so that a test may set it for a pass
@@ -130,8 +135,11 @@ class PassSums:
             massive |= massive_mask(residual[layer], layout.real)
         masks = torch.stack([layout.real, layout.kept_base & ~massive])  # (2, B, T) the two token sets
         lens_states = {layer: states[layer] for layer in self.layers if layer < self.n_layers}
-        lens_batch(self.lm, {**lens_states, self.n_layers: states[self.n_layers]}, batch, self.lens, kept=masks[1],
-                   scored=layout.scored)
+        lens_states[self.n_layers] = states[self.n_layers]
+        lens_batch(self.lm, lens_states, batch, self.lens, kept=masks[1], scored=layout.scored)
+        if self.tuned_lens is not None:
+            lens_batch(self.lm, lens_states, batch, self.tuned_lens, kept=masks[1], scored=layout.scored,
+                       translate=self.tuned)
         out = {"tokens": masks.sum(dim=2), "massive": massive.sum(), **self._transitions(residual, masks, layout),
                **self._layer_sums(residual, masks, layout, batch.index)}
         self._store(batch.index, to_host(out))  # the batch's one copy to the host
@@ -243,21 +251,31 @@ class PassSums:
         if self.moments.basis is None:
             self.moments.fix_basis()
             self._store_pending()
-        present = [layer for layer in self.layers if layer in self.lens.per_text]
         d = self.lm.info.hidden_size
         moments = self.moments
         shift = moments.shift if moments.shift is not None else torch.zeros(2, len(self.layers), d, dtype=torch.float64)
-        host = to_host({"lens": torch.stack([self.lens.per_text[layer] for layer in present]), "shift": shift,
-                        "basis": moments.basis})
-        lens = np.zeros((2, self.n_texts, len(self.layers), 4))
-        scored = np.zeros((2, self.n_texts))
-        for i, layer in enumerate(present):
-            lens[:, :, self.layers.index(layer)] = host["lens"][i][..., :4]
-            scored = host["lens"][i][..., 4]
-        return TextStats(lens=lens, scored=scored, influence=self.influence, tokens=self.tokens,
+        sums = {"lens": self.lens, "tuned": self.tuned_lens}
+        present = {key: [layer for layer in self.layers if layer in lens.per_text]
+                   for key, lens in sums.items() if lens is not None}
+        host = to_host({"shift": shift, "basis": moments.basis,  # one copy to the host
+                        **{key: torch.stack([sums[key].per_text[layer] for layer in layers])
+                           for key, layers in present.items() if layers}})
+        lens, scored = self._lens_array(host.get("lens"), present["lens"])
+        tuned = self._lens_array(host.get("tuned"), present["tuned"])[0] if "tuned" in present else None
+        return TextStats(lens=lens, tuned_lens=tuned, scored=scored, influence=self.influence, tokens=self.tokens,
                          angular=self.angular, norm=self.norm, entropy=self.entropy[..., 1], pooled=self.pooled,
                          massive_ratio=self._massive_ratio(), shift=host["shift"].astype(np.float64),
                          first=self.first, square=self.square, basis=host["basis"], ritz=self.ritz)
+
+    def _lens_array(self, stacked: np.ndarray | None, present: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(2, n, L, 4) the per-text metric sums of a :class:`LensSums` (``stacked``: (len(present), 2, n, 5), its
+        layers ``present``) by layer slot, and (2, n) each text's scored tokens."""
+        lens = np.zeros((2, self.n_texts, len(self.layers), 4))
+        scored = np.zeros((2, self.n_texts))
+        for i, layer in enumerate(present):
+            lens[:, :, self.layers.index(layer)] = stacked[i][..., :4]
+            scored = stacked[i][..., 4]
+        return lens, scored
 
     def _massive_ratio(self) -> np.ndarray:
         """(n, L) each text's top / median |activation| per layer slot."""

@@ -23,7 +23,7 @@ stays on the device (read once, by :meth:`LensSums.means` or the atlas's per-bat
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
@@ -37,6 +37,9 @@ from .lens_rows import METRICS, FinalTerms, Scored, final_terms, final_values, l
 
 __all__ = ["METRICS", "FinalTerms", "LensSums", "Scored", "final_norm", "final_terms", "layer_logits", "lens_batch",
            "scored_positions", "scored_tokens"]
+
+Translate = Callable[[int, torch.Tensor], torch.Tensor]
+"""``translate(layer, h)``: (N, d) -> (N, d), a tuned lens's translator of hidden state ``layer``."""
 
 NORM_SUFFIXES = ("Norm",)
 """Class-name endings of a final norm as transformers names them (``LayerNorm``, ``LlamaRMSNorm``, ...)."""
@@ -252,7 +255,7 @@ def _check_states(lm: LoadedModel, states: Mapping[int, torch.Tensor]) -> torch.
 @torch.inference_mode()
 def lens_batch(lm: LoadedModel, states: Mapping[int, torch.Tensor], batch: Batch, sums: LensSums,
                chunk_tokens: int | None = None, kept: torch.Tensor | None = None,
-               scored: Scored | None = None) -> None:
+               scored: Scored | None = None, translate: Translate | None = None) -> None:
     """``lens_batch(lm, {0: h0, 6: h6, n_layers: h_n}, batch, sums)``: add one batch's logit-lens metrics to ``sums``.
 
     ``states``: {layer: (B, T, d)} hidden states as :func:`~.capture.capture_states` hands them over (layer
@@ -264,6 +267,9 @@ def lens_batch(lm: LoadedModel, states: Mapping[int, torch.Tensor], batch: Batch
     fit the same bytes. Per-text sums (``LensSums(n_texts)``) go to ``batch.index``'s texts; ``kept`` (B, T) bool
     marks the predicting positions that count in the second per-text set. ``scored``: the batch's
     :func:`scored_tokens` already on the head's device (else found by ``nonzero``, a host sync off the CPU).
+    ``translate(layer, h)``: a tuned lens's translator (:meth:`.tuned_lens.TunedLens.translate`), applied to each
+    layer's rows ``h`` (N, d) before the final norm and cast to the head's dtype, as the tuned lens's own logits
+    are made; the model's output (layer ``n_layers``) is never translated.
     """
     head = _check_states(lm, states)
     n_layers = lm.info.n_layers
@@ -285,11 +291,18 @@ def lens_batch(lm: LoadedModel, states: Mapping[int, torch.Tensor], batch: Batch
         del final_logits
         for g in range(0, len(layers), group):
             chosen = layers[g : g + group]
-            h = torch.stack([_rows(states[layer], r, c) for layer in chosen])  # (G, chunk, d)
+            h = torch.stack([_moved(states[layer], r, c, layer, translate, head) for layer in chosen])  # (G, chunk, d)
             logits = layer_logits(lm, chosen[0], h, head=head, norm=norm)  # (G, chunk, vocab), the model's dtype
             values[g : g + len(chosen), s : s + step] = lens_values(logits, final, t)
     keep = kept.to(device)[scored.rows, scored.cols] if kept is not None else None
     sums.add([*layers, n_layers], values, scored.texts, keep)
+
+
+def _moved(state: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, layer: int, translate: Translate | None,
+           head: torch.nn.Module) -> torch.Tensor:
+    """(N, d) the rows of ``state`` at (``rows``, ``cols``), through ``translate`` when given (the head's dtype)."""
+    h = _rows(state, rows, cols)
+    return h if translate is None else translate(layer, h).to(head.weight.dtype)
 
 
 def _rows(state: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:

@@ -3,6 +3,7 @@
     folder = cached_lens_dir(lm, settings)           # $LAYERSCOPE_CACHE/lenses/<model>-<weights>-<settings>
     texts, words = default_corpus(lm, n_samples=64, seed=0)   # the bundled texts and the model's own samples
     lens = trained_lens(lm, steps=250, seed=0)       # the cached lens for these settings, trained once
+    lens, folder, info = resolve_lens("auto", lm, train_missing=True)   # a folder or "auto": what --tuned-lens takes
 
 A lens is cached under the model cache's ``lenses/`` folder, keyed by the model's weights hash and a hash of the
 training settings and corpus, so a second use with the same settings costs nothing. Without a corpus the lens is
@@ -24,11 +25,20 @@ from ..models.info import input_device
 from ..models.load import LoadedModel
 from ..paths import cache_root, safe_slug
 from ..progress import steps
-from ..provenance import sha256_json
+from ..provenance import sha256_file, sha256_json
 from .tuned_lens import TunedLens
+from .tuned_lens_io import LensError
 
 SAMPLE_TOKENS = 48
 """New tokens per model-written text of the default corpus."""
+DEFAULTS = {"steps": 250, "batch_size": 8, "seed": 0}
+"""train-lens's default training settings: the lens ``auto`` names."""
+
+
+def default_settings(steps: int = DEFAULTS["steps"], batch_size: int = DEFAULTS["batch_size"],
+                     seed: int = DEFAULTS["seed"]) -> dict[str, Any]:
+    """The training settings that key a lens trained on the default corpus in the cache."""
+    return {"corpus": "default", "steps": steps, "batch_size": batch_size, "seed": seed}
 
 
 def cached_lens_dir(lm: LoadedModel, settings: dict[str, Any]) -> Path:
@@ -38,17 +48,27 @@ def cached_lens_dir(lm: LoadedModel, settings: dict[str, Any]) -> Path:
 
 
 @torch.inference_mode()
-def model_samples(lm: LoadedModel, prompts: Sequence[str], seed: int, new_tokens: int = SAMPLE_TOKENS) -> list[str]:
-    """One sampled continuation (temperature 1, the full distribution) of each prompt's first two tokens."""
+def model_samples(lm: LoadedModel, prompts: Sequence[str], seed: int, new_tokens: int = SAMPLE_TOKENS,
+                  batch_size: int = 16) -> list[str]:
+    """One sampled continuation (temperature 1, the full distribution) of each prompt's first two tokens.
+
+    ``batch_size`` prompts at a time with the model's key-value cache, so a text costs ``new_tokens`` one-token
+    steps; every prompt has two tokens, so no padding is needed. Prompts with fewer than two tokens are skipped."""
     generator = torch.Generator(device="cpu").manual_seed(seed)
-    out = []
-    for prompt in steps(list(prompts), f"sample texts from {lm.info.name}", "text"):
-        ids = lm.tokenizer(prompt, return_tensors="pt")["input_ids"][:, :2]
+    starts = [ids[:2] for ids in lm.tokenizer(list(prompts))["input_ids"] if len(ids) >= 2]
+    device = input_device(lm.model)
+    out: list[str] = []
+    chunks = [starts[i : i + batch_size] for i in range(0, len(starts), batch_size)]
+    for chunk in steps(chunks, f"sample texts from {lm.info.name}", "batch"):
+        ids = torch.tensor(chunk)
+        step_ids, past = ids, None
         for _ in range(new_tokens):
-            logits = lm.model(input_ids=ids.to(input_device(lm.model)), use_cache=False).logits[0, -1].float()
-            token = torch.multinomial(torch.softmax(logits.cpu(), -1), 1, generator=generator)
-            ids = torch.cat([ids, token[None]], dim=1)
-        out.append(lm.tokenizer.decode(ids[0], skip_special_tokens=True))
+            output = lm.model(input_ids=step_ids.to(device), past_key_values=past, use_cache=True)
+            past = output.past_key_values
+            probs = torch.softmax(output.logits[:, -1].float().cpu(), dim=-1)
+            step_ids = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+            ids = torch.cat([ids, step_ids], dim=1)
+        out += lm.tokenizer.batch_decode(ids, skip_special_tokens=True)
     return [text for text in out if text.strip()]
 
 
@@ -80,3 +100,30 @@ def trained_lens(lm: LoadedModel, texts: Sequence[str] | None = None, corpus: st
     lens = train_tuned_lens(lm, list(texts), corpus=corpus, **train)
     lens.save(folder)
     return lens, folder, True
+
+
+def resolve_lens(spec: str | Path, lm: LoadedModel, *, train_missing: bool = False
+                 ) -> tuple[TunedLens, Path, dict[str, Any]]:
+    """``(lens, folder, info)`` for ``spec``: a lens folder, or ``"auto"`` (the lens cached for ``lm`` with
+    train-lens's defaults, trained now when there is none and ``train_missing``, else a :class:`LensError` that
+    says how to train it). ``info``: what a result records of the lens (folder, parameter file's hash, training
+    settings, corpus, whether it was trained now)."""
+    trained_now = False
+    if str(spec) == "auto":
+        folder = cached_lens_dir(lm, default_settings())
+        if not (folder / "config.json").is_file():
+            if not train_missing:
+                raise LensError(f"no tuned lens of {lm.info.name} is cached with train-lens's defaults; train one "
+                                f"with layerscope train-lens --model {lm.info.name}, or pass a lens folder")
+            lens, folder, trained_now = trained_lens(lm, **DEFAULTS)
+        else:
+            lens = TunedLens.load(folder, lm)
+    else:
+        folder = Path(spec)
+        lens = TunedLens.load(folder, lm)
+    record = lens.record
+    info = {"folder": str(folder), "params_sha256": sha256_file(folder / "params.pt"), "trained_now": trained_now,
+            "weights_hash": record.get("weights_hash"),
+            **{key: record.get(key) for key in ("steps", "batch_size", "seed", "optimizer")},
+            "corpus": (record.get("corpus") or {}).get("description")}
+    return lens, folder, info

@@ -1,11 +1,12 @@
 """Atlas study: the field's standard per-layer measures on any causal LM, from one streamed pass.
 
-Per layer: the logit lens (cross-entropy, entropy, KL to the final layer, top-1 agreement), block influence and
+Per layer: the logit lens (cross-entropy, entropy, KL to the final layer, top-1 agreement; with ``tuned_lens``,
+the same through a tuned lens, whose profile then votes in the lens family), block influence and
 angular distance, linear CKA between layers (and between models), TwoNN intrinsic dimension, prompt and dataset
 matrix entropy, massive activations, the residual norm and the covariance top-1 share (anisotropy); then the
 change points of each profile over depth, beside the phases study's thirds and the anisotropy L*.
 
-    result = Atlas().run(StudyConfig(study="atlas", max_tokens=20_000))
+    result = Atlas().run(StudyConfig(study="atlas", max_tokens=20_000))     # tuned_lens="auto" or a lens folder
     s: AtlasModel = result.summary["models"]["smollm2-135m"]
     s["boundaries"]["consensus"], s["boundaries"]["thirds"], s["l_star"]
     result.table.query("metric == 'lens_kl'")
@@ -15,10 +16,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from ...data.texts import MIN_TEXTS, load_texts
 from ...engine.atlas import atlas_pass
 from ...engine.atlas_sums import CONVENTIONS
+from ...engine.tuned_lens_cache import resolve_lens
 from ...errors import short
 from ...measures.intrinsic import ESTIMATORS
 from ...study.base import Study
@@ -65,10 +68,19 @@ class AtlasSettings(Settings):
                                       "raw states).", default="skean")
     twonn_estimator: str = setting("TwoNN estimator: 'mle' (maximum likelihood) or 'facco' (Facco et al.'s "
                                    "regression, the largest 10 % of ratios discarded).", default="mle")
+    tuned_lens: str | None = setting("Also read every layer through a tuned lens: its folder (config.json and "
+                                     "params.pt, from 'layerscope train-lens' or published for the tuned-lens "
+                                     "package) or 'auto' (the lens cached for the model with train-lens's "
+                                     "defaults, trained now when there is none). Its profile then votes in the "
+                                     "lens family; the logit lens's stays as a check.", file=True,
+                                     keywords=("auto",))
 
     def __post_init__(self):
         super().__post_init__()
         object.__setattr__(self, "layers", layers_setting(self.layers))
+        if self.tuned_lens is not None and self.tuned_lens != "auto" and not Path(self.tuned_lens).is_dir():
+            raise ConfigError(f"--tuned-lens {short(str(self.tuned_lens))} is not a folder; give a tuned lens's "
+                              "folder (config.json and params.pt) or 'auto'")
         if self.max_tokens is not None:
             check_count(self.max_tokens, "--max-tokens", 2, MAX_TOKENS, "a covariance needs 2 token states; leave "
                         "it out to measure every text")
@@ -106,9 +118,14 @@ class Atlas(Study):
         summaries, rows, models, pooled = {}, [], [], {}
         for run in each_model(config, timings):
             layers = select_layers(config.layer_spec, run.info.n_layers, run.info.name)
+            tuned, lens_info = None, None
+            if config.tuned_lens is not None:
+                tuned, _, lens_info = resolve_lens(config.tuned_lens, run.lm, train_missing=True)
+                run.mark("tuned_lens_s")
             measured = atlas_pass(run.lm, texts.texts, layers=layers, batch_size=config.batch_size,
                                   max_length=config.max_length, max_tokens=config.max_tokens,
-                                  convention=config.entropy_convention)
+                                  convention=config.entropy_convention,
+                                  tuned=tuned.translate if tuned is not None else None)
             run.mark("pass_s")
             if measured.n_texts < MIN_TEXTS:
                 raise ConfigError(f"--max-tokens {config.max_tokens} keeps {measured.n_texts} text(s) of "
@@ -117,11 +134,12 @@ class Atlas(Study):
             add_timings(timings, **{f"pass_{key}": seconds for key, seconds in measured.seconds.items()})
             info = run.release()
             summary, model_rows = analyse_pass(info.name, measured, seed=config.seed,
-                                               n_resamples=config.boundary_resamples, twonn=config.twonn_estimator)
+                                               n_resamples=config.boundary_resamples, twonn=config.twonn_estimator,
+                                               tuned_lens=lens_info)
             summaries[info.name] = summary
             rows += model_rows
             pooled[info.name] = (info.n_layers, measured.layers, measured.pooled)
-            models.append(model_entry(info))
+            models.append({**model_entry(info), **({"tuned_lens": lens_info} if lens_info else {})})
             run.mark("analysis_s")
         start = time.perf_counter()
         cross = cross_model_rows(pooled, seed=config.seed)

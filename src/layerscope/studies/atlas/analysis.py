@@ -6,7 +6,8 @@
 After the pass it computes what needs every text at once, from the texts' mean-pooled vectors: the linear and the
 debiased CKA matrices between layers, the TwoNN intrinsic dimension and the dataset matrix entropy per layer; then
 the phase boundaries with their bootstrap intervals (:mod:`.boundaries`). Table metrics: ``lens_ce``,
-``lens_entropy``, ``lens_kl``, ``lens_top1_agree``, ``block_influence`` (``tokens`` "all" or "excl_massive"),
+``lens_entropy``, ``lens_kl``, ``lens_top1_agree`` (and ``tuned_lens_*``, the same through a tuned lens, when the
+pass had one), ``block_influence`` (``tokens`` "all" or "excl_massive"),
 ``angular_distance``, ``cka`` and ``cka_debiased`` (``layer_b``; ``model_b`` for another model's layer),
 ``twonn_id``, ``prompt_entropy`` / ``dataset_entropy`` (nats, with ``_normalised`` and ``_effective_rank``
 siblings), ``massive_ratio`` (and ``massive_ratio_max``, ``massive_fixed_dim_share``, per ``position_class``
@@ -40,10 +41,12 @@ MAX_DEBIASED_TEXTS = 1000
 LOG_SCALE = ("massive_ratio", "norm")
 
 
-def analyse_pass(name: str, p: AtlasPass, seed: int, n_resamples: int = 200,
-                 twonn: str = "mle") -> tuple[AtlasModel, list[dict]]:
+def analyse_pass(name: str, p: AtlasPass, seed: int, n_resamples: int = 200, twonn: str = "mle",
+                 tuned_lens: dict | None = None) -> tuple[AtlasModel, list[dict]]:
     """The rows of every measure of ``p`` and the model's summary (boundaries, L*, landmarks), TwoNN by
-    ``twonn`` (``mle`` or ``facco``), the boundaries' intervals from ``n_resamples`` resamples of the texts."""
+    ``twonn`` (``mle`` or ``facco``), the boundaries' intervals from ``n_resamples`` resamples of the texts.
+    ``tuned_lens``: what the result records of the tuned lens ``p`` was measured through (its folder, hash and
+    training), kept in the summary."""
     start = time.perf_counter()
     n_layers, layers = p.n_layers, p.layers
     rows: list[dict] = []
@@ -55,6 +58,8 @@ def analyse_pass(name: str, p: AtlasPass, seed: int, n_resamples: int = 200,
 
     for metric, values in p.lens.items():
         add(metric, layers, values, p.n_scored)
+    for metric, values in (p.tuned_lens or {}).items():
+        add(f"tuned_{metric}", layers, values, p.n_scored)
     add("block_influence", p.transitions, p.block_influence, p.n_tokens, tokens="all")
     add("block_influence", p.transitions, p.block_influence_no_massive, p.kept_tokens, tokens="excl_massive")
     add("angular_distance", p.transitions, p.angular_distance, p.n_texts)
@@ -82,8 +87,8 @@ def analyse_pass(name: str, p: AtlasPass, seed: int, n_resamples: int = 200,
     l_star = layers[int(np.argmax(p.spectrum["top1_ratio"]))]
     boundaries, boundary_rows = atlas_boundaries(name, p, n_resamples, seed, int(l_star), twonn)
     rows += boundary_rows
-    kl = p.lens["lens_kl"]
-    half = np.flatnonzero(kl < kl[0] / 2)
+    half = {key: half_layer(lens["lens_kl"], layers, n_layers) for key, lens in (("logit", p.lens),
+                                                                                   ("tuned", p.tuned_lens)) if lens}
     onset = np.flatnonzero(p.massive.massive_ratio > MASSIVE_RATIO)
     top_blocks = np.argsort(-p.block_influence, kind="stable")[:3]
     linear, debiased = random_cka_baseline(min(p.n_texts, MAX_DEBIASED_TEXTS), pooled.shape[2], seed=seed,
@@ -92,7 +97,8 @@ def analyse_pass(name: str, p: AtlasPass, seed: int, n_resamples: int = 200,
         "n_layers": n_layers, "layers": layers, "n_texts": p.n_texts, "n_tokens": p.n_tokens,
         "n_scored": p.n_scored, "massive_tokens": p.massive_tokens, "l_star": int(l_star),
         "twonn_peak_layer": int(layers[int(np.nanargmax([d for d, _ in twonn_ids]))]),
-        "lens_kl_half_layer": int(layers[half[0]]) if len(half) else n_layers,
+        "lens_kl_half_layer": half["logit"], "tuned_lens_kl_half_layer": half.get("tuned"),
+        "lens": {"family": "tuned lens" if p.tuned_lens is not None else "logit lens", "tuned_lens": tuned_lens},
         "massive_onset_layer": int(layers[onset[0]]) if len(onset) else None,
         "most_influential": sorted(int(p.transitions[i]) for i in top_blocks),
         "boundaries": boundaries,
@@ -101,6 +107,12 @@ def analyse_pass(name: str, p: AtlasPass, seed: int, n_resamples: int = 200,
                         "random_cka_debiased": debiased},
         "seconds": {**p.seconds, "analysis_s": round(time.perf_counter() - start, 3)}}
     return summary, rows
+
+
+def half_layer(kl: np.ndarray, layers: list[int], n_layers: int) -> int:
+    """The first of ``layers`` where ``kl`` falls below half its value at the first layer (``n_layers`` if none)."""
+    below = np.flatnonzero(kl < kl[0] / 2)
+    return int(layers[below[0]]) if len(below) else n_layers
 
 
 def massive_rows(name: str, p: AtlasPass) -> list[dict]:

@@ -4,12 +4,14 @@
     b["consensus"], b["intervals"], b["fragile"], b["variants"]["excl_massive"]["consensus"]
 
 Each profile over depth gets a 2-break piecewise-linear fit (:mod:`layerscope.measures.boundaries`). Measures that
-react to the same thing form a family and vote once (``FAMILIES``): the logit lens; consecutive-layer similarity
+react to the same thing form a family and vote once (``FAMILIES``): the logit lens (the tuned lens instead when the
+pass read the layers through one, the logit lens then a check); consecutive-layer similarity
 (block influence and angular distance are both a cosine between consecutive layers, CKA-next its dataset-level
 cousin, debiased); the spectrum and norm measures, which the position-0 sink's one huge dimension drives together.
 The texts are resampled with replacement (``n_resamples``, seeded) and every measure recomputed from the pass's
 per-text sums, giving each boundary an interval and a support. The same fit runs in ``VARIANTS``: without position
-0 and the massive tokens, without layer 0 (the embeddings), and with segments of at least 3 layers. A consensus
+0 and the massive tokens, without layer 0 (the embeddings), with segments of at least 3 layers, and (with a tuned
+lens) with the logit lens in the lens family. A consensus
 boundary that moves by more than the tolerance under one of them is fragile. The comparison with L* (made from
 the covariance top-1 share) uses only the families without that measure. Descriptive: no p-value is claimed.
 """
@@ -29,11 +31,15 @@ FAMILIES = {"lens": ("lens_kl", "lens_top1_agree"),
             "similarity": ("block_influence", "angular_distance", "cka_next"),
             "spectrum": ("norm", "massive_ratio", "top1_ratio", "prompt_entropy", "dataset_entropy", "twonn_id")}
 """Which measures vote together: those driven by one event count once."""
+TUNED_LENS = ("tuned_lens_kl", "tuned_lens_top1_agree")
+"""The lens family's measures when the pass read the layers through a tuned lens too."""
 
 VARIANTS = {"default": "every token, layers 0 to L, segments of at least 2 layers",
             "excl_massive": "without position 0 and the massive tokens",
             "no_layer0": "without layer 0 (the embeddings)",
-            "min_segment_3": "segments of at least 3 layers"}
+            "min_segment_3": "segments of at least 3 layers",
+            "logit_lens": "with the logit lens in the lens family instead of the tuned lens"}
+"""The checks; ``logit_lens`` runs only when a tuned lens is in the lens family."""
 
 L_STAR_MEASURE = "top1_ratio"
 N_BREAKS, LEVEL = 2, 0.95
@@ -44,6 +50,11 @@ def tolerance(n_layers: int) -> int:
     return max(1, round(0.1 * n_layers))
 
 
+def families_of(p: AtlasPass) -> dict[str, tuple[str, ...]]:
+    """:data:`FAMILIES`, the lens family made of the tuned lens's measures when ``p`` has them."""
+    return {**FAMILIES, "lens": TUNED_LENS} if p.tuned_lens is not None else FAMILIES
+
+
 def atlas_boundaries(model: str, p: AtlasPass, n_resamples: int, seed: int, l_star: int,
                      twonn: str = "mle") -> tuple[Boundaries, list[dict]]:
     """The boundaries of every variant with intervals, their summary and their ``boundary`` table rows."""
@@ -51,23 +62,27 @@ def atlas_boundaries(model: str, p: AtlasPass, n_resamples: int, seed: int, l_st
     weights = draw_weights(p.n_texts, n_resamples, seed)
     every = resampled_profiles(p, weights, 0, twonn, seed)
     kept = resampled_profiles(p, weights, 1, twonn, seed)
-    fits = {"default": bootstrap_boundaries(every, FAMILIES, tol, N_BREAKS, 2, LEVEL),
-            "excl_massive": bootstrap_boundaries(kept, FAMILIES, tol, N_BREAKS, 2, LEVEL),
-            "no_layer0": bootstrap_boundaries(every, FAMILIES, tol, N_BREAKS, 2, LEVEL, drop_first=True),
-            "min_segment_3": bootstrap_boundaries(every, FAMILIES, tol, N_BREAKS, 3, LEVEL)}
+    families = families_of(p)
+    fits = {"default": bootstrap_boundaries(every, families, tol, N_BREAKS, 2, LEVEL),
+            "excl_massive": bootstrap_boundaries(kept, families, tol, N_BREAKS, 2, LEVEL),
+            "no_layer0": bootstrap_boundaries(every, families, tol, N_BREAKS, 2, LEVEL, drop_first=True),
+            "min_segment_3": bootstrap_boundaries(every, families, tol, N_BREAKS, 3, LEVEL)}
+    if p.tuned_lens is not None:
+        fits["logit_lens"] = bootstrap_boundaries(every, FAMILIES, tol, N_BREAKS, 2, LEVEL)
     rows = [layer_row(model, b.value, p.n_layers, "boundary", float(b.value), n=b.n, ci_lo=b.ci_lo, ci_hi=b.ci_hi,
                       family=b.family, variant=variant, support=b.support, boundary=b.index)
             for variant, fit in fits.items() for b in fit.intervals]
-    summary = summarise(fits, p.layers, tol, n_resamples, l_star)
+    summary = summarise(fits, p.layers, tol, n_resamples, l_star, families)
     if p.kept_tokens == 0:
         summary["variants"]["excl_massive"]["why"] = ("no token left in the set: every token is at position 0 or "
                                                       "massive at some block output")
     return summary, rows
 
 
-def summarise(fits: dict[str, BoundaryFit], layers: list[int], tol: int, n_resamples: int,
-              l_star: int) -> Boundaries:
-    """The summary of :func:`atlas_boundaries`' fits (see :class:`~.summary.Boundaries`)."""
+def summarise(fits: dict[str, BoundaryFit], layers: list[int], tol: int, n_resamples: int, l_star: int,
+              families: dict[str, tuple[str, ...]] = FAMILIES) -> Boundaries:
+    """The summary of :func:`atlas_boundaries`' fits (see :class:`~.summary.Boundaries`), ``families`` the default
+    fit's."""
     main = fits["default"]
     consensus = main.consensus
     moved = [{v: (None if f.consensus is None else f.consensus[k] - consensus[k]) for v, f in fits.items()
@@ -77,9 +92,9 @@ def summarise(fits: dict[str, BoundaryFit], layers: list[int], tol: int, n_resam
                and any(abs(a - b) > tol for a, b in zip(breaks, fits["excl_massive"].families[f], strict=True))]
     split = thirds(layers)
     marks = [split["mid"][0] if split["mid"] else layers[-1], split["late"][0]]
-    others = [main.families[f] for f in FAMILIES if L_STAR_MEASURE not in FAMILIES[f] and f in main.families]
+    others = [main.families[f] for f in families if L_STAR_MEASURE not in families[f] and f in main.families]
     without = [int(x) for x in lower_median(np.array(others))] if others else None
-    return {"families": {f: list(m) for f, m in FAMILIES.items()}, "per_metric": main.measures,
+    return {"families": {f: list(m) for f, m in families.items()}, "per_metric": main.measures,
             "per_family": main.families, "skipped": main.skipped, "consensus": consensus,
             "intervals": [b.__dict__ for b in main.intervals],
             "variants": {v: {"consensus": f.consensus, "per_family": f.families, "why": _why(f),
@@ -88,7 +103,7 @@ def summarise(fits: dict[str, BoundaryFit], layers: list[int], tol: int, n_resam
             "moved": moved, "fragile": fragile, "massive_driven": massive, "tolerance": tol,
             "n_resamples": n_resamples, "thirds": marks,
             "thirds_distance": [abs(c - m) for c, m in zip(consensus, marks, strict=True)] if consensus else None,
-            "l_star": int(l_star), "l_star_families": [f for f in FAMILIES if L_STAR_MEASURE not in FAMILIES[f]],
+            "l_star": int(l_star), "l_star_families": [f for f in families if L_STAR_MEASURE not in families[f]],
             "l_star_consensus": without,
             "l_star_distance": min(abs(l_star - b) for b in without) if without else None}
 

@@ -5,7 +5,8 @@
 
 The profile panel draws every model on normalised depth (layer / n_layers). In each panel and each model's colour:
 that measure's own change points thin, the consensus boundaries thick with their 95 % bootstrap intervals shaded,
-the anisotropy L* dotted; the phases study's thirds dashed grey.
+the anisotropy L* dotted; the phases study's thirds dashed grey. With a tuned lens, the lens panels draw it dashed
+with squares beside the logit lens (circles), and their titles say so.
 """
 
 from __future__ import annotations
@@ -79,13 +80,18 @@ def profiles(table: pd.DataFrame, summary: AtlasSummary, colors: dict) -> Figure
                 extra = extra.sort_values("layer")
                 ax.plot(extra["layer"] / n, extra["value"], "--", color=colors[model], alpha=0.7,
                         label=f"{model}, without massive tokens")
+            tuned = table[(table["model"] == model) & (table["metric"] == f"tuned_{metric}")].sort_values("layer")
+            if len(tuned):
+                ax.plot(tuned["layer"] / n, tuned["value"], "--s", markersize=3, color=colors[model], alpha=0.8,
+                        label=f"{model}, tuned lens")
             marks(ax, s, BREAKS_OF.get(metric, metric), colors[model])
             for b in s["boundaries"]["thirds"]:
                 ax.axvline(b / n, color="grey", linestyle="--", linewidth=1)
             ax.axvline(s["l_star"] / n, color=colors[model], linestyle=":", linewidth=1.5)
         if log:
             ax.set_yscale("log")
-        ax.set_title(title)
+        tuned_any = metric.startswith("lens_") and (table["metric"] == f"tuned_{metric}").any()
+        ax.set_title(title.replace("Logit lens:", "Logit (o) and tuned (s) lens:") if tuned_any else title)
         ax.set_xlabel("Depth (layer / n_layers)")
         ax.set_ylabel(YLABELS[metric])
         ax.grid(True, alpha=0.3)

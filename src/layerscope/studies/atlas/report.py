@@ -20,9 +20,11 @@ NAMES = {"lens_kl": "logit-lens KL", "lens_top1_agree": "logit-lens top-1 agreem
          "cka_next": "debiased CKA with the next layer", "twonn_id": "TwoNN dimension",
          "prompt_entropy": "prompt entropy",
          "dataset_entropy": "dataset entropy", "massive_ratio": "massive ratio (log)", "norm": "norm (log)",
-         "top1_ratio": "covariance top-1 share"}
+         "top1_ratio": "covariance top-1 share", "tuned_lens_kl": "tuned-lens KL",
+         "tuned_lens_top1_agree": "tuned-lens top-1 agreement"}
 
-LANDMARKS = ["lens_ce", "lens_kl", "lens_top1_agree", "block_influence", "angular_distance", "twonn_id",
+LANDMARKS = ["lens_ce", "lens_kl", "lens_top1_agree", "tuned_lens_ce", "tuned_lens_kl", "tuned_lens_top1_agree",
+             "block_influence", "angular_distance", "twonn_id",
              "prompt_entropy_normalised", "dataset_entropy_normalised", "massive_ratio", "norm", "top1_ratio"]
 
 
@@ -54,7 +56,10 @@ def report(result: StudyResult) -> str:
            "(Facco et al. 2017), prompt and dataset matrix entropy (Skean et al. 2025), massive activations (Sun "
            "et al. 2024), the residual norm and the covariance top-1 share (the anisotropy study's measure). Layer "
            "n_layers is the last block's output before the final norm for every measure but the lens, whose last "
-           "layer is the model's own prediction.", "",
+           "layer is the model's own prediction. With a tuned lens (Belrose et al. 2023: one trained affine "
+           "translator per layer before the final norm), the four lens measures are also read through it "
+           "(tuned_lens_*), its KL and top-1 agreement form the lens family, and the logit lens's are a check "
+           "(variant logit_lens).", "",
            "**Boundaries.** Each profile gets a least-squares piecewise-linear fit with 2 breaks. Measures driven "
            "by the same thing vote once, as a family (the lower median of its measures' breaks): "
            + "; ".join(f"{f}: {', '.join(NAMES[m] for m in ms)}" for f, ms in FAMILIES.items())
@@ -79,7 +84,7 @@ def model_section(table: pd.DataFrame, model: str, s: AtlasModel) -> list[str]:
            f"{s['n_scored']} scored)", ""]
     if b["consensus"] is None:
         return [*out, "No family of measures had enough finite layers for phase boundaries.", ""]
-    out += [f"**Phase boundaries.** {boundary_sentence(b)}", "", conventions_line(s), ""]
+    out += [f"**Phase boundaries.** {boundary_sentence(b)}", "", lens_line(s), "", conventions_line(s), ""]
     rows = [[x["family"], x["index"], _span(x), number(x["support"], 2)] for x in b["intervals"]]
     out += [md_table(["family", "boundary", "layer [95 % interval]", "support"], rows), ""]
     out += ["**Sensitivity.** The consensus boundaries under each check, and how far each moves:", ""]
@@ -95,10 +100,12 @@ def model_section(table: pd.DataFrame, model: str, s: AtlasModel) -> list[str]:
     out += [md_table(["measure", "family", "1st change point", "2nd change point", "note"], rows), ""]
     onset = s["massive_onset_layer"]
     threshold = s["conventions"]["massive_threshold"]
+    tuned_half = s.get("tuned_lens_kl_half_layer")
+    tuned_words = f" (the tuned lens's at layer {tuned_half})" if tuned_half is not None else ""
     out += [f"**Landmarks.** The logit lens's KL to the final layer falls below half its layer-0 value at layer "
-            f"{s['lens_kl_half_layer']}; the TwoNN dimension peaks at layer {s['twonn_peak_layer']}; the most "
-            f"influential blocks are {', '.join(map(str, s['most_influential']))}; massive activations (median "
-            f"top/median ratio > {threshold:g}) " + (f"start at layer {onset}" if onset is not None else
+            f"{s['lens_kl_half_layer']}{tuned_words}; the TwoNN dimension peaks at layer {s['twonn_peak_layer']}; "
+            f"the most influential blocks are {', '.join(map(str, s['most_influential']))}; massive activations "
+            f"(median top/median ratio > {threshold:g}) " + (f"start at layer {onset}" if onset is not None else
                                                       "never appear") + ".", ""]
     rows = table[(table["model"] == model) & table["metric"].isin(LANDMARKS)]
     if "tokens" in rows:
@@ -146,6 +153,21 @@ def fragility_sentence(b: Boundaries) -> str:
                  f"tokens (dominated by them): {', '.join(massive)}." if massive else
                  "No family's boundaries move by more than the tolerance without position 0 and the massive tokens.")
     return " ".join(words)
+
+
+def lens_line(s: AtlasModel) -> str:
+    """Which lens the lens family used, and where the tuned lens came from."""
+    tuned = (s.get("lens") or {}).get("tuned_lens")
+    if not tuned:
+        return ("**Lens.** The lens family is the logit lens (no tuned lens was given: --tuned-lens FOLDER or "
+                "auto reads the layers through one too).")
+    steps = f"{tuned.get('steps')} steps of {tuned.get('batch_size')} texts, seed {tuned.get('seed')}"
+    return (f"**Lens.** The lens family is the tuned lens (tuned_lens_kl, tuned_lens_top1_agree); the logit lens's "
+            f"boundaries are the logit_lens check. The tuned lens: {md_text(str(tuned.get('folder')))} (params.pt "
+            f"sha256 {md_text(str(tuned.get('params_sha256'))[:16])}, trained on weights "
+            f"{md_text(str(tuned.get('weights_hash'))[:16])}, {md_text(steps)}, corpus: "
+            f"{md_text(str(tuned.get('corpus')))}" + ("; trained for this run" if tuned.get("trained_now") else "")
+            + ").")
 
 
 def conventions_line(s: AtlasModel) -> str:

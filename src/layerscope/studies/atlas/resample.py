@@ -4,11 +4,11 @@
     profiles = resampled_profiles(p, weights, token_set=0)         # {measure: (layers, values (R + 1, L))}
 
 A resample draws the texts with replacement (``weights[r, i]``: how often text i was drawn). Measures that are sums
-over texts (the lens, block influence, angular distance, norm, prompt entropy) weight each text by its count; the
-massive ratio is the weighted median. Measures computed over all texts at once (debiased CKA with the next layer,
-TwoNN, dataset entropy) take each drawn text once: a repeated text is a duplicate point, which TwoNN cannot use
-and the unbiased HSIC would count as a pair. The covariance top-1 share of a resample is its Rayleigh-Ritz value
-(:mod:`layerscope.engine.atlas_sums`); row 0 is always the pass's exact value.
+over texts (the lens, and the tuned lens when the pass had one, block influence, angular distance, norm, prompt
+entropy) weight each text by its count; the massive ratio is the weighted median. Measures computed over all texts
+at once (debiased CKA with the next layer, TwoNN, dataset entropy) take each drawn text once: a repeated text is a
+duplicate point, which TwoNN cannot use and the unbiased HSIC would count as a pair. The covariance top-1 share of a
+resample is its Rayleigh-Ritz value (:mod:`layerscope.engine.atlas_sums`); row 0 is always the pass's exact value.
 """
 
 from __future__ import annotations
@@ -53,6 +53,9 @@ def resampled_profiles(p: AtlasPass, weights: np.ndarray, token_set: int = 0, tw
                "angular_distance": (steps, weighted_nanmean(t.angular[s], w)),
                "norm": (layers, np.log10((w @ t.norm[s]) / tokens)),
                "prompt_entropy": (layers, weighted_nanmean(t.entropy[s], w))}
+        if t.tuned_lens is not None:
+            tuned = np.einsum("rn,nlk->rlk", w, t.tuned_lens[s]) / (w @ t.scored[s])[:, None, None]
+            out |= {"tuned_lens_kl": (layers, tuned[..., 2]), "tuned_lens_top1_agree": (layers, tuned[..., 3])}
         if s == 0:
             out["massive_ratio"] = (layers, np.log10(weighted_median(t.massive_ratio, w)))
     top1 = ritz_top1(p, s, w)

@@ -75,6 +75,15 @@ class Boundaries(TypedDict):
     """Layers from L* to the nearer of those boundaries."""
 
 
+class LensChoice(TypedDict):
+    family: str
+    """``"tuned lens"`` (the lens family's measures are ``tuned_lens_kl`` and ``tuned_lens_top1_agree``; the logit
+    lens is the ``logit_lens`` check) or ``"logit lens"``."""
+    tuned_lens: dict | None
+    """The tuned lens: ``folder``, ``params_sha256``, ``weights_hash`` (the weights it was trained on),
+    ``steps``, ``batch_size``, ``seed``, ``optimizer``, ``corpus``, ``trained_now``; None without one."""
+
+
 class AtlasModel(TypedDict):
     n_layers: int
     layers: list[int]
@@ -87,7 +96,11 @@ class AtlasModel(TypedDict):
     """The anisotropy L*: the layer of the largest covariance top-1 share of the token states."""
     twonn_peak_layer: int
     lens_kl_half_layer: int
-    """The first layer where the lens KL falls below half its value at layer 0 (``n_layers`` if none)."""
+    """The first layer where the logit lens's KL falls below half its value at layer 0 (``n_layers`` if none)."""
+    tuned_lens_kl_half_layer: int | None
+    """The same through the tuned lens (None without one)."""
+    lens: LensChoice
+    """Which lens the lens family used, and the tuned lens's provenance."""
     massive_onset_layer: int | None
     """The first layer whose median top/median activation ratio exceeds 100 (None: none does)."""
     most_influential: list[int]
