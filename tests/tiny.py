@@ -126,3 +126,13 @@ def pairs(n_categories: int = 4, n_pairs: int = 40) -> dict:
         return [f"Without doubt {subject} grew {c + 2} times in {year}.",
                 f"Maybe {subject} grew a little in {year}, {c + 2} people say."]
     return {f"cat{c}": {"pairs": [pair(c, i) for i in range(n_pairs)]} for c in range(n_categories)}
+
+
+def random_translators(lens, seed=1, scale=0.1):
+    """``lens`` (a TunedLens) with seeded Gaussian translator weights and biases of standard deviation ``scale``."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for t in lens.translators:
+            t.weight.copy_(torch.randn(t.weight.shape, generator=gen) * scale)
+            t.bias.copy_(torch.randn(t.bias.shape, generator=gen) * scale)
+    return lens

@@ -13,13 +13,7 @@ from layerscope.engine.tuned_lens import TunedLens
 
 
 def random_lens(lm, seed=3, scale=0.2):
-    lens = TunedLens.zeros(lm)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for t in lens.translators:
-            t.weight.copy_(torch.randn(t.weight.shape, generator=gen) * scale)
-            t.bias.copy_(torch.randn(t.bias.shape, generator=gen) * scale)
-    return lens
+    return tiny.random_translators(TunedLens.zeros(lm), seed, scale)
 
 
 @torch.no_grad()

@@ -42,15 +42,6 @@ def forward(lm, texts=TEXTS):
     return ids, batch, lm.model(**batch.model_inputs(), output_hidden_states=True, use_cache=False)
 
 
-def random_translators(lens, seed=1, scale=0.1):
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for t in lens.translators:
-            t.weight.copy_(torch.randn(t.weight.shape, generator=gen) * scale)
-            t.bias.copy_(torch.randn(t.bias.shape, generator=gen) * scale)
-    return lens
-
-
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 @torch.no_grad()
 def test_step_zero_is_the_logit_lens_exactly(arch):
@@ -68,7 +59,7 @@ def test_step_zero_is_the_logit_lens_exactly(arch):
 def test_last_state_is_the_models_output(arch):
     lm = tiny.tiny_lm(arch)
     _, batch, out = forward(lm)
-    lens = random_translators(TunedLens.zeros(lm))  # translators play no part at state n_layers
+    lens = tiny.random_translators(TunedLens.zeros(lm))  # translators play no part at state n_layers
     n = lm.info.n_layers
     got = lens.logits(n, out.hidden_states[n])
     real = batch.attention_mask.bool()
@@ -191,7 +182,7 @@ def test_evaluation_matches_the_logit_lens_sums():
 @torch.no_grad()
 def test_save_and_load_give_identical_logits(tmp_path):
     lm = tiny.tiny_lm("gpt2")
-    lens = random_translators(TunedLens.zeros(lm))
+    lens = tiny.random_translators(TunedLens.zeros(lm))
     lens.record.update(steps=7, seed=3)
     lens.save(tmp_path / "lens")
     config = json.loads((tmp_path / "lens" / "config.json").read_text())
