@@ -280,3 +280,20 @@ def test_other_weights_warn_naming_both_hashes(tmp_path):
     other = tiny.tiny_lm("llama", seed=1)
     with pytest.warns(UserWarning, match=f"{lm.info.weights_hash}.*{other.info.weights_hash}"):
         TunedLens.load(folder, other)
+
+
+def test_a_lens_naming_another_base_model_without_a_weights_hash_warns(tmp_path):
+    lm = tiny.tiny_lm("llama")
+    folder = TunedLens.zeros(lm).save(tmp_path / "lens")
+    config = json.loads((folder / "config.json").read_text())
+    del config["layerscope"]  # a lens from the tuned-lens package: no weights hash
+    for name, warns in (("EleutherAI/pythia-160m", True), ("someone/tiny-llama-nobos", False),
+                        ("TINY_LLAMA_NOBOS", False)):
+        (folder / "config.json").write_text(json.dumps({**config, "base_model_name_or_path": name}))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            TunedLens.load(folder, lm)
+        named = [w for w in caught if "names base model" in str(w.message)]
+        assert bool(named) == warns, name
+        if warns:
+            assert "pythia-160m" in str(named[0].message) and "tiny-llama-nobos" in str(named[0].message)

@@ -146,8 +146,23 @@ class TunedLens(torch.nn.Module):
                 warnings.warn(f"the tuned lens in {folder} was trained on weights {saved}, but model "
                               f"{lm.info.name} has weights {lm.info.weights_hash}; its translators may not fit "
                               "these weights: train a lens for them", UserWarning, stacklevel=2)
+            elif not saved and not _same_base(lens.name, lm):
+                warnings.warn(f"the tuned lens in {folder} names base model {lens.name!r}, not {lm.info.name!r} "
+                              f"({lm.info.source}), and records no weights hash; use it only if both are the same "
+                              "weights", UserWarning, stacklevel=2)
             lens = lens.to(_head(lm).weight.device)
         return lens
+
+
+def _same_base(name: str, lm: LoadedModel) -> bool:
+    """Whether a lens's ``base_model_name_or_path`` names ``lm``: its last path part (case and ``-``/``_``
+    ignored) is that of the model's spec or source, or one contains the other (a hub id's name in a zoo name)."""
+    def key(text: str) -> str:
+        return Path(str(text).rstrip("/")).name.lower().replace("_", "-")
+
+    lens_key = key(name)
+    return any(lens_key and (lens_key == key(other) or lens_key in key(other) or key(other) in lens_key)
+               for other in (lm.info.name, lm.info.source) if other)
 
 
 def _plain(value: Any) -> Any:
