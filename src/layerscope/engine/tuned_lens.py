@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from ..models.load import LoadedModel
+from ..provenance import jsonable
 from .batching import Batch, collate, pad_id
 from .capture import capture_states
 from .head import head_only_last
@@ -112,7 +113,7 @@ class TunedLens(torch.nn.Module):
 
     def config(self) -> dict[str, Any]:
         """config.json as a dict: the tuned-lens package's keys and :attr:`record` under ``"layerscope"``."""
-        return package_config(self.name, self.d_model, self.n_layers, self.revision, own=_plain(self.record))
+        return package_config(self.name, self.d_model, self.n_layers, self.revision, own=jsonable(self.record))
 
     def save(self, folder: str | Path) -> Path:
         """Write ``folder/config.json`` and ``folder/params.pt`` (the tuned-lens package's format); returns it."""
@@ -163,21 +164,6 @@ def _same_base(name: str, lm: LoadedModel) -> bool:
     lens_key = key(name)
     return any(lens_key and (lens_key == key(other) or lens_key in key(other) or key(other) in lens_key)
                for other in (lm.info.name, lm.info.source) if other)
-
-
-def _plain(value: Any) -> Any:
-    """``value`` with numpy arrays and scalars turned into lists and Python numbers, for JSON."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return _plain(value.tolist())
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, float) and not np.isfinite(value):
-        return None
-    return value
 
 
 @torch.no_grad()

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ResultFileError
+from ..provenance import jsonable
 from . import hooks
 
 SCHEMA_VERSION = 1
@@ -122,18 +122,3 @@ def layer_row(model, layer: int, n_layers: int, metric: str, value: float, **ext
             "metric": metric, "value": value, **extra}
 
 
-def jsonable(obj: Any) -> Any:
-    """Plain JSON types: numpy scalars and arrays converted, NaN and inf as null."""
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return jsonable(obj.tolist())
-    if isinstance(obj, (np.bool_, bool)):
-        return bool(obj)
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    return obj
