@@ -102,3 +102,25 @@ def test_a_file_that_is_not_utf8_or_missing_is_refused(tmp_path):
         load_labels(path)
     with pytest.raises(DatasetError, match=r"label file .*missing.csv does not exist"):
         load_labels(tmp_path / "missing.csv")
+
+
+def test_a_text_given_two_labels_is_refused_naming_both_lines(tmp_path):
+    rows = [*ROWS, ("Dull.", "pos", "g")]  # "Dull." is line 3 with "neg"; the repeat is line 8
+    with pytest.raises(DatasetError, match=r"line 8: the text 'Dull\.' has the label 'pos', but line 3 gives it "
+                                           r"'neg'.*keep one of the two rows"):
+        load_labels(write_csv(tmp_path / "two.csv", rows), folds=3)
+
+
+def test_a_repeated_text_is_refused_naming_both_lines(tmp_path):
+    rows = [*ROWS, ("Great fun", "pos", "z")]  # the same label, another group: it could sit in train and test
+    with pytest.raises(DatasetError, match=r"line 7: the text 'Great fun' repeats line 5.*training fold and a test "
+                                           r"fold"):
+        load_labels(write_jsonl(tmp_path / "rep.jsonl", objects(rows)), folds=3)
+
+
+def test_classes_unbalanced_beyond_95_to_5_are_refused_with_the_counts(tmp_path):
+    rows = [(f"yes {i}", "yes") for i in range(58)] + [(f"no {i}", "no") for i in range(3)]  # 95.08 %
+    with pytest.raises(DatasetError, match=r"'yes' holds 58 of the 61 rows \(95\.1%\), more than 95%.*balance"):
+        load_labels(write_csv(tmp_path / "skew.csv", rows, header="text,label"), folds=3)
+    ok = rows[:57] + rows[58:]  # 57 of 60: exactly 95 %, accepted
+    assert load_labels(write_csv(tmp_path / "edge.csv", ok, header="text,label"), folds=3).classes == ("no", "yes")

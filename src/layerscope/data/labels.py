@@ -68,6 +68,7 @@ def load_labels(path: str | os.PathLike, *, folds: int = 5, allow_mixed_groups: 
         raise DatasetError(f"{path}: no rows; a label file needs one text and its label per row, e.g. a CSV with "
                            "the header text,label")
     rows = _fill_groups(path, rows)
+    _check_repeats(path, rows)
     _check_classes(path, rows, folds, allow_mixed_groups)
     texts, labels, groups = (tuple(r[k] for r in rows) for k in COLUMNS)
     return LabelSet(name=path.stem, texts=texts, labels=labels, groups=groups,
@@ -110,6 +111,27 @@ def _fill_groups(path: Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]
     return rows
 
 
+def _check_repeats(path: Path, rows: list[dict[str, Any]]) -> None:
+    """A text on two rows is refused: with two labels it is a contradiction, and with one it can sit in a training
+    fold and a test fold at once (in different groups) and be scored on what the probe memorised."""
+    first: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        seen = first.setdefault(r["text"], r)
+        if seen is r:
+            continue
+        if seen["label"] != r["label"]:
+            raise DatasetError(f"{path}, {r['where']}: the text {short(r['text'])} has the label {r['label']!r}, but "
+                               f"{seen['where']} gives it {seen['label']!r}; a text has one label, so keep one of "
+                               "the two rows")
+        raise DatasetError(f"{path}, {r['where']}: the text {short(r['text'])} repeats {seen['where']}; a repeated "
+                           "text can sit in a training fold and a test fold at once, so keep one of the two rows")
+
+
+MAX_IMBALANCE = 0.95
+"""Largest share of the rows one class may hold: beyond it a probe that always answers that class looks accurate,
+and the minority class is too thin to fit a direction on."""
+
+
 def _check_classes(path: Path, rows: list[dict[str, Any]], folds: int, allow_mixed_groups: bool) -> None:
     group_label: dict[str, tuple[str, str]] = {}  # group -> (its first label, where)
     for r in rows:
@@ -123,6 +145,12 @@ def _check_classes(path: Path, rows: list[dict[str, Any]], folds: int, allow_mix
     if len(classes) < 2:
         raise DatasetError(f"{path}: every row has the label {classes[0]!r}; a probe needs at least two classes, "
                            "so add rows of another class")
+    counts = {c: sum(r["label"] == c for r in rows) for c in classes}
+    top = max(counts, key=counts.get)
+    if counts[top] > MAX_IMBALANCE * len(rows):
+        raise DatasetError(f"{path}: the class {top!r} holds {counts[top]} of the {len(rows)} rows "
+                           f"({counts[top] / len(rows):.1%}), more than {MAX_IMBALANCE:.0%}; balance the classes "
+                           f"(add rows of {', '.join(repr(c) for c in classes if c != top)} or drop rows of {top!r})")
     unit = "rows" if all(r["group"] == str(i) for i, r in enumerate(rows)) else "groups"
     for c in classes:
         if len(groups := {r["group"] for r in rows if r["label"] == c}) < folds:
