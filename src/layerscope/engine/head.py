@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from ..models.load import LoadedModel
 from .batching import Batch, collate
+from .pooling import scored_targets, token_nll
 
 log = logging.getLogger(__name__)
 
@@ -42,30 +43,33 @@ class HeadCapture:
         self.hidden: torch.Tensor | None = None
         """(B, T, d) the head's input in the last forward pass (after the final norm)."""
 
-    def nll(self, batch: Batch, chunk_bytes: int = CHUNK_BYTES,
-            host: Batch | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Summed next-token NLL per text (float64) and scored-token count, as :func:`~.pooling.token_nll`.
-        ``host``: the same batch on the CPU, where the scored positions are found without a device sync."""
+    def nll(self, batch: Batch, chunk_bytes: int = CHUNK_BYTES, host: Batch | None = None,
+            start: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``nll_sum, n_scored = capture.nll(batch, host=cpu_batch, start=first)``: summed next-token NLL per text
+        (float64) and scored-token count, as :func:`~.pooling.token_nll` (``start`` (B,) int: only the targets at
+        positions >= ``start[b]``, as there). ``host``: the same batch on the CPU, where the scored positions and
+        counts are found without a device sync (``start`` then on the CPU too)."""
         hidden = self.hidden
-        real = batch.attention_mask.bool().to(hidden.device)
-        scored = real[:, 1:] & real[:, :-1]  # (B, T-1): position t predicts t + 1
+        device = hidden.device
         if host is not None:  # nonzero on the device would wait for it: find the positions on the host
-            on_host = host.attention_mask.bool()
-            rows, cols = (on_host[:, 1:] & on_host[:, :-1]).nonzero(as_tuple=True)
-            rows, cols = rows.to(hidden.device, non_blocking=True), cols.to(hidden.device, non_blocking=True)
-        else:
+            scored = scored_targets(host, start)  # (B, T-1): position t predicts t + 1
             rows, cols = scored.nonzero(as_tuple=True)
-        targets = batch.input_ids.to(hidden.device)[rows, cols + 1]
+            rows, cols, count = (t.to(device, non_blocking=True) for t in (rows, cols, scored.sum(dim=1)))
+        else:
+            scored = scored_targets(batch, start).to(device)
+            rows, cols = scored.nonzero(as_tuple=True)
+            count = scored.sum(dim=1)
+        targets = batch.input_ids.to(device)[rows, cols + 1]
         head = self.lm.model.get_output_embeddings()
         vocab = head.weight.shape[0]
         step = max(1, chunk_bytes // (4 * vocab))
-        nll = torch.empty(len(rows), dtype=torch.float32, device=hidden.device)
+        nll = torch.empty(len(rows), dtype=torch.float32, device=device)
         for s in range(0, len(rows), step):
             logits = transform(self.lm, head(hidden[rows[s : s + step], cols[s : s + step]])).float()
             nll[s : s + step] = F.cross_entropy(logits, targets[s : s + step], reduction="none")
-        nll_sum = torch.zeros(len(real), dtype=torch.float64, device=hidden.device)
+        nll_sum = torch.zeros(len(scored), dtype=torch.float64, device=device)
         nll_sum.index_add_(0, rows, nll.double())
-        return nll_sum, scored.sum(dim=1)
+        return nll_sum, count
 
 
 def transform(lm: LoadedModel, logits: torch.Tensor) -> torch.Tensor:
@@ -106,26 +110,33 @@ _CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 @torch.inference_mode()
 def head_matches(lm: LoadedModel, batch: Batch) -> bool:
-    """Whether scoring through :func:`head_only_last` gives the model's own NLL on the first text of ``batch``
-    (relative 1e-4), checked once per model object; False for a model whose head is not a module it calls."""
+    """``own_head = head_matches(lm, batch)``: whether scoring through :func:`head_only_last` gives the model's own
+    NLL on the first text of ``batch`` (relative 1e-4), checked once per model object by two probe passes (run it
+    before setting hooks that must not see them); False for a model whose head is not a module it calls. A probe
+    whose own NLL is NaN or inf decides nothing: False this time, and the next call probes again."""
     key = lm.model
     if key not in _CHECKED:
-        _CHECKED[key] = _compare(lm, batch)
-        if not _CHECKED[key]:
+        matches = _compare(lm, batch)
+        if matches is None:  # a NaN or inf NLL proves nothing (the caller's own check names it): ask again later
+            return False
+        _CHECKED[key] = matches
+        if not matches:
             log.warning("model %s: scoring from its output head does not reproduce its logits; computing the full "
                         "logits instead (more memory)", lm.info.name)
     return _CHECKED[key]
 
 
-def _compare(lm: LoadedModel, batch: Batch) -> bool:
-    from .pooling import token_nll
-
+def _compare(lm: LoadedModel, batch: Batch) -> bool | None:
+    """Whether the head path gives the model's own NLL on the first text of ``batch``; None (undecided) when the
+    model's own NLL there is not finite."""
     head = lm.model.get_output_embeddings()
     if head is None or getattr(head, "weight", None) is None:
         return False
     ids = batch.input_ids[0][batch.attention_mask[0].bool()].tolist()
     one = collate([ids], batch.index[:1], pad_id=0).to(batch.input_ids.device)
     want, _ = token_nll(lm.model(**one.model_inputs(), use_cache=False).logits, one)
+    if not bool(torch.isfinite(want).all()):
+        return None
     with head_only_last(lm) as capture:
         lm.model(**one.model_inputs(), use_cache=False)
     if capture.hidden is None:

@@ -141,22 +141,34 @@ def _bmm_out_dtype() -> bool:
         return False
 
 
+def scored_targets(batch: Batch, start: torch.Tensor | None = None) -> torch.Tensor:
+    """``scored = scored_targets(batch, start)``: (B, T-1) bool on the batch's device, True at column t when the
+    token at t + 1 is scored from the logits at t: both are real tokens and, with ``start`` (B,) int, the target
+    sits at position >= ``start[b]`` counted from the text's first real token (None: every target, from 1)."""
+    real = batch.attention_mask.bool()
+    scored = real[:, 1:] & real[:, :-1]
+    if start is not None:  # the target of column j is at column j + 1: position j + 1 - first
+        target = torch.arange(1, real.shape[1], device=real.device)[None] - batch.first.to(real.device)[:, None]
+        scored &= target >= start.to(real.device)[:, None]
+    return scored
+
+
 NLL_CHUNK_BYTES = 256 * 2**20
 """Most memory the float32 logits of one NLL chunk may take (rows x length x vocab x 4 bytes)."""
 
 
-def token_nll(logits: torch.Tensor, batch: Batch,
-              chunk_bytes: int = NLL_CHUNK_BYTES) -> tuple[torch.Tensor, torch.Tensor]:
+def token_nll(logits: torch.Tensor, batch: Batch, chunk_bytes: int = NLL_CHUNK_BYTES, *,
+              start: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed next-token NLL per text (float64) and how many tokens were scored.
 
     Token t is scored from the logits at t-1 when both are real tokens: for a text alone
     this is exactly what transformers' ``outputs.loss`` averages with ``labels=input_ids``.
     ``logits`` (B, T, vocab) in any dtype are taken a few rows at a time in float32 (a fused
     cross-entropy), so no float32 copy of the whole batch's logits is ever made (at most
-    ``chunk_bytes`` of it at once; none at all for a float32 model).
+    ``chunk_bytes`` of it at once; none at all for a float32 model). ``start`` (B,) int: score only
+    the tokens at positions >= ``start[b]``, counted from each text's first real token (None: from 1, every one).
     """
-    real = batch.attention_mask.bool()
-    scored = real[:, 1:] & real[:, :-1]  # (B, T-1)
+    scored = scored_targets(batch, start)  # (B, T-1)
     B, T, V = logits.shape
     targets = torch.full((B, T), -100, dtype=torch.long, device=logits.device)  # -100: not scored
     targets[:, :-1] = torch.where(scored, batch.input_ids[:, 1:], -100)
