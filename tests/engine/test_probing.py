@@ -41,4 +41,4 @@ def test_probe_finds_the_planted_side_at_every_state(extracted):
     groups = [f"g{i}" for i in range(n)] * 2  # a subject's two texts: one group
     prof = ls.probe(acts, labels, groups=groups, method="mass_mean", folds=3, n_bootstrap=200, n_permutations=50)
     assert prof.accuracy.shape == (4,) and np.all(prof.accuracy == 1.0)  # 'Without doubt' vs 'Maybe'
-    assert np.all(prof.q < 0.05) and prof.decodable_from == 0
+    assert np.all(prof.q < 0.05) and prof.plateau_from == 0

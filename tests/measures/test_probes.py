@@ -1,7 +1,8 @@
 """measures.probes (and the batched logistic regression behind its permutation nulls) against values computed
 here from the definitions: mass-mean probes by a plain loop over folds rebuilt with scikit-learn's splitter, AUROC by
-scikit-learn and by the rank-sum formula, control tasks by counting, decodable_from on hand-made profiles."""
+scikit-learn and by the rank-sum formula, control tasks by counting, plateau_from on hand-made profiles."""
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -11,9 +12,17 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import GroupKFold, StratifiedGroupKFold
 
-from layerscope.measures import probes
+from layerscope.measures import probe_fits
 from layerscope.measures.batched_logistic import fit_batched
-from layerscope.measures.probes import control_task, decodable_from, fold_ids, probe_states
+from layerscope.measures.probe_folds import auroc
+from layerscope.measures.probes import (
+    control_labels,
+    control_task,
+    decodable_from,
+    fold_ids,
+    plateau_from,
+    probe_states,
+)
 
 FAST = dict(n_bootstrap=200, n_permutations=99, seed=0)
 
@@ -95,7 +104,9 @@ def test_a_planted_signal_is_found_and_noise_is_not(method):
     assert profile.accuracy_ci[0, 0] <= 0.5 <= profile.accuracy_ci[0, 1]
     assert profile.p[0] > 0.05
     assert profile.auroc[1] == 1.0 and profile.auroc_ci[1, 0] == 1.0
-    assert profile.decodable_from == 1 and profile.decodable_ci == (1, 1)
+    assert profile.decodable_from == 1 and profile.plateau_from == 1 and profile.plateau_ci == (1, 1)
+    assert profile.p_floor == 1 / 100 and list(profile.at_floor) == [False, True, True]
+    assert np.isnan(profile.chosen_c).all() if method == "mass_mean" else set(profile.chosen_c) <= set(probe_fits.CS)
     low, high = profile.accuracy_ci.T
     assert np.all(low <= profile.accuracy) and np.all(profile.accuracy <= high)
 
@@ -129,7 +140,8 @@ def test_the_control_task_keeps_the_class_frequencies_over_groups_and_in_every_f
     groups = np.repeat(np.arange(24), 3)
     group_labels = np.array(["x"] * 16 + ["y"] * 8)
     labels = group_labels[groups]
-    control, control_fold = control_task(labels, groups, folds=4, seed=2)
+    with pytest.warns(DeprecationWarning, match="control_labels"):
+        control, control_fold = control_task(labels, groups, folds=4, seed=2)
     control_by_group = {g: set(control[groups == g]) for g in range(24)}
     assert all(len(v) == 1 for v in control_by_group.values())  # still one label per group
     assert Counter(v.pop() for v in control_by_group.values()) == Counter(group_labels)
@@ -140,7 +152,8 @@ def test_the_control_task_keeps_the_class_frequencies_over_groups_and_in_every_f
         assert len(set(groups[control_fold == f])) == len(set(groups[fold == f]))
     pairs = np.repeat(np.arange(10), 2)
     sides = np.array(["A", "B"] * 10)
-    swapped, pair_fold = control_task(sides, pairs, folds=5, seed=2)
+    with pytest.warns(DeprecationWarning):
+        swapped, pair_fold = control_task(sides, pairs, folds=5, seed=2)
     assert all(sorted(swapped[pairs == g]) == ["A", "B"] for g in range(10))  # permuted within each pair
     assert np.any(swapped != sides)
     np.testing.assert_array_equal(pair_fold, fold_ids(sides, pairs, folds=5, seed=2))  # the same folds
@@ -148,12 +161,14 @@ def test_the_control_task_keeps_the_class_frequencies_over_groups_and_in_every_f
 
 def test_selectivity_is_accuracy_less_the_control_accuracy():
     X, labels, groups = planted(seed=1)
-    profile = probe_states(X, labels, groups, method="mass_mean", folds=5, **FAST)
-    control, control_fold = control_task(labels, groups, folds=5, seed=0)
-    folds = [(np.flatnonzero(control_fold != f), np.flatnonzero(control_fold == f)) for f in range(5)]
+    units = groups % 6  # each unit spans five groups: it recurs across folds
+    profile = probe_states(X, labels, groups, method="mass_mean", folds=5, units=units, **FAST)
+    controls = control_labels(units, labels, seed=0, n_seeds=10).astype(str)  # (10, n), in the real task's folds
+    fold = fold_ids(labels, groups, folds=5, seed=0)
+    folds = [(np.flatnonzero(fold != f), np.flatnonzero(fold == f)) for f in range(5)]
     for s in range(3):
-        pred = hand_mass_mean(X[:, s], control.astype(str), folds)[0]
-        assert profile.control_accuracy[s] == pytest.approx(np.mean(pred == control.astype(str)))
+        hits = [np.mean(hand_mass_mean(X[:, s], control, folds)[0] == control) for control in controls]
+        assert profile.control_accuracy[s] == pytest.approx(np.mean(hits))
     np.testing.assert_allclose(profile.selectivity, profile.accuracy - profile.control_accuracy)
     assert profile.selectivity[1] > 0.3 and profile.selectivity_ci[1, 0] > 0
 
@@ -164,28 +179,30 @@ def test_pairs_run_end_to_end_with_within_pair_permutations():
     sides = np.array(["A", "B"] * 20)
     X = rng.normal(size=(40, 2, 5))
     X[:, 1, 0] = np.where(sides == "B", 3.0, -3.0) + rng.random(40)  # separable on feature 0
-    profile = probe_states(X, sides, pairs, method="mass_mean", folds=4, **FAST)
+    profile = probe_states(X, sides, pairs, method="mass_mean", folds=4, units=pairs % 5, **FAST)
     assert profile.accuracy[1] == 1.0 and profile.q[1] < 0.05 and profile.p[0] > 0.05
     assert profile.control_accuracy[1] < 0.9
 
 
 def test_logreg_chooses_c_from_the_training_fold_only(monkeypatch):
     X, labels, groups = planted(seed=2)
-    row_of = {X[i, s].astype(np.float64).tobytes(): i for i in range(len(X)) for s in range(X.shape[1])}
     seen = []
-    choose = probes._choose_c
+    row_space = probe_fits._row_space
 
-    def spy(x, y, g):
-        seen.append(frozenset(row_of[row.tobytes()] for row in x))
-        return choose(x, y, g)
+    def spy(x, train, test):
+        seen.append((frozenset(train), frozenset(test)))
+        return row_space(x, train, test)
 
-    monkeypatch.setattr(probes, "_choose_c", spy)
-    probe_states(X, labels, groups, method="logreg", folds=5, n_bootstrap=10, n_permutations=9)
-    fold, control_fold = fold_ids(labels, groups, folds=5, seed=0), control_task(labels, groups, seed=0)[1]
+    monkeypatch.setattr(probe_fits, "_row_space", spy)
+    probe_states(X, labels, groups, method="logreg", folds=5, n_bootstrap=10, n_permutations=9, n_jobs=1)
+    fold = fold_ids(labels, groups, folds=5, seed=0)
     training = [frozenset(np.flatnonzero(fold != f)) for f in range(5)]
-    control_training = [frozenset(np.flatnonzero(control_fold != f)) for f in range(5)]
-    # per state, fold by fold, the real task's searches then the control's: each saw that fold's training rows only
-    assert seen == (training + control_training) * 3
+    testing = [frozenset(np.flatnonzero(fold == f)) for f in range(5)]
+    assert len(seen) == 3 * 20  # per state 5 folds x 3 inner splits, then 5 refits
+    for state in range(3):  # every inner split (train and test) inside one fold's training rows, then the refits
+        inner, outer = seen[20 * state:20 * state + 15], seen[20 * state + 15:20 * (state + 1)]
+        assert all(tr | te <= training[f] and not tr & te for f in range(5) for tr, te in inner[3 * f:3 * f + 3])
+        assert outer == list(zip(training, testing, strict=True))  # each training fold, predicting its test fold
 
 
 def test_weighted_auroc_equals_scikit_learn_with_sample_weights_and_ties():
@@ -193,10 +210,10 @@ def test_weighted_auroc_equals_scikit_learn_with_sample_weights_and_ties():
     scores = rng.integers(0, 6, size=40).astype(float)  # many ties
     y = rng.integers(0, 2, size=40)
     weights = rng.integers(0, 3, size=(5, 40)).astype(float)
-    got = probes._auroc(scores, y, weights)
+    got = auroc(scores, y, weights)
     for b in range(5):
         assert got[b] == pytest.approx(roc_auc_score(y, scores, sample_weight=weights[b]))
-    assert np.isnan(probes._auroc(scores, y, (y == 1)[None, :].astype(float))[0])  # one class: undefined
+    assert np.isnan(auroc(scores, y, (y == 1)[None, :].astype(float))[0])  # one class: undefined
 
 
 @pytest.mark.parametrize("n_classes", [2, 3])
@@ -213,23 +230,25 @@ def test_batched_fit_equals_scikit_learns_logistic_regression(n_classes):
         np.testing.assert_allclose(theta[p, -1], model.intercept_, atol=1e-5)
 
 
-def test_decodable_from_on_hand_made_profiles():
+def test_plateau_from_on_hand_made_profiles():
     def ci(accuracy, low_at_best):
         out = np.stack([np.asarray(accuracy) - 0.2, np.asarray(accuracy) + 0.05], axis=1)
         out[int(np.argmax(accuracy)), 0] = low_at_best
         return out
 
     rising = [0.5, 0.6, 0.9, 0.95, 0.93]
-    assert decodable_from(rising, rising, ci(rising, 0.9)) == 2
+    assert plateau_from(rising, rising, ci(rising, 0.9)) == 2
     dips = [0.5, 0.9, 0.95, 0.7, 0.92, 0.94]  # the dip after the maximum pushes s past it
-    assert decodable_from(dips, dips, ci(dips, 0.9)) == 4
+    assert plateau_from(dips, dips, ci(dips, 0.9)) == 4
     falls = [0.5, 0.95, 0.6]  # the last state falls below: nothing qualifies
-    assert decodable_from(falls, falls, ci(falls, 0.9)) is None
+    assert plateau_from(falls, falls, ci(falls, 0.9)) is None
     flat = [0.7, 0.7, 0.7]
-    assert decodable_from(flat, flat, ci(flat, 0.6)) == 0
+    assert plateau_from(flat, flat, ci(flat, 0.6)) == 0
     # a resample's profile: its own maximum (0.85) less the original margin (0.95 - 0.9)
-    assert decodable_from([0.4, 0.8, 0.85], [0.5, 0.9, 0.95], ci([0.5, 0.9, 0.95], 0.9)) == 1
-    assert decodable_from([0.4, 0.79, 0.85], [0.5, 0.9, 0.95], ci([0.5, 0.9, 0.95], 0.9)) == 2
+    assert plateau_from([0.4, 0.8, 0.85], [0.5, 0.9, 0.95], ci([0.5, 0.9, 0.95], 0.9)) == 1
+    assert plateau_from([0.4, 0.79, 0.85], [0.5, 0.9, 0.95], ci([0.5, 0.9, 0.95], 0.9)) == 2
+    with pytest.warns(DeprecationWarning, match="plateau_from"):  # the old name: an alias that warns
+        assert decodable_from(dips, dips, ci(dips, 0.9)) == 4
 
 
 @pytest.mark.parametrize("change, message", [
@@ -259,14 +278,17 @@ def planted_from_state_3(seed=0, n_groups=40):
 
 
 @pytest.mark.parametrize("method", ["mass_mean", "logreg"])
-def test_a_label_encoded_from_state_3_on_is_decodable_from_3_and_the_control_stays_at_chance(method):
+def test_a_label_encoded_from_state_3_on_is_decodable_from_3_and_the_control_cannot_be_memorised(method):
     X, labels, groups = planted_from_state_3()
-    profile = probe_states(X, labels, groups, method=method, folds=5, **FAST)
-    assert profile.decodable_from == 3 and profile.decodable_ci is not None
-    assert profile.decodable_ci[0] <= 3 <= profile.decodable_ci[1]
+    units = groups // 2  # two groups (one of each label) per unit, the states carry no trace of the units
+    profile = probe_states(X, labels, groups, method=method, folds=5, units=units, **FAST)
+    assert profile.decodable_from == 3 and profile.plateau_from == 3 and profile.plateau_ci is not None
+    assert profile.plateau_ci[0] <= 3 <= profile.plateau_ci[1]
     assert np.all(profile.accuracy[3:] == 1.0) and np.all(profile.q[3:] < 0.05)
-    low, high = profile.control_ci.T  # the control task's accuracy: its interval holds chance at every state
-    assert np.all(low <= profile.chance) and np.all(profile.chance <= high), (low, high)
+    # Hewitt & Liang's control: nothing to memorise, so it stays near chance (below it where the real label, which
+    # its units mix, dominates the features: a unit's training and test rows differ in it) and selectivity is high
+    assert profile.control_possible and np.all(profile.control_ci[:, 1] < 0.7), profile.control_ci
+    assert np.all(profile.selectivity_ci[3:, 0] > 0.3) and np.all(profile.selectivity_ci[:3, 0] < 0)
 
 
 def test_the_permutation_p_on_pure_noise_is_spread_like_a_uniform():
@@ -282,3 +304,15 @@ def test_the_permutation_p_on_pure_noise_is_spread_like_a_uniform():
         ps.append(float(profile.p[0]))
     assert sum(p > 0.05 for p in ps) >= 16, ps
     assert len(set(ps)) > 1 and all(1 / 51 <= p <= 1 for p in ps), ps
+
+
+def test_the_profile_does_not_depend_on_the_worker_count():
+    X, labels, groups = planted_from_state_3(seed=1)
+    kw = dict(method="logreg", folds=5, units=groups // 2, **FAST)
+    one, two = probe_states(X, labels, groups, n_jobs=1, **kw), probe_states(X, labels, groups, n_jobs=2, **kw)
+    for field in dataclasses.fields(one):
+        a, b = getattr(one, field.name), getattr(two, field.name)
+        if isinstance(a, np.ndarray):
+            np.testing.assert_array_equal(a, b, err_msg=field.name)
+        else:
+            assert a == b or (a != a and b != b), field.name  # NaN equals NaN here

@@ -8,6 +8,8 @@
     from layerscope.measures.intrinsic import twonn_dimension             # TwoNN intrinsic dimension
     from layerscope.measures.changepoints import piecewise_linear_breaks  # where a profile changes course
     from layerscope.measures.boundaries import bootstrap_boundaries       # one vote per family, with intervals
+    from layerscope.measures.probes import probe_states                   # linear probes per state, with controls
+    from layerscope.measures.probe_transfer import transfer_states        # probes across domains (leave one out)
 
 Nothing here knows a model, a study or a file: each function takes arrays and returns numbers, and each
 module's docstring names its formula's source.

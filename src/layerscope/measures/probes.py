@@ -1,55 +1,74 @@
-"""Linear probes per hidden state, with grouped cross-validation and the field's controls.
+"""Linear probes per hidden state, with grouped cross-validation, shallow baselines and the field's controls.
 
-    profile = probe_states(X, labels, groups, method="logreg")  # X (n, S, d): row i at state s (0 = embeddings)
-    profile.accuracy, profile.accuracy_ci, profile.q, profile.selectivity, profile.decodable_from
-    fold = fold_ids(labels, groups, folds=5, seed=0)            # (n,) each row's fold, the same for every state
-    control, control_fold = control_task(labels, groups, folds=5, seed=0)  # the control task's labels and folds
-    s = decodable_from(profile.accuracy, profile.accuracy, profile.accuracy_ci)
+    profile = probe_states(X, labels, groups, method="logreg", surface=surface_baseline(F, labels, groups),
+                           units=units)                   # X (n, S, d): row i at state s (0 = embeddings)
+    profile.accuracy, profile.q, profile.gain_ci, profile.decodable, profile.decodable_from, profile.selectivity
+    fold = fold_ids(labels, groups, folds=5, seed=0)      # (n,) each row's fold, the same for every state
+    control = control_labels(units, labels, seed=0, n_seeds=10)  # the control task's labels, (seeds, n)
+    s = plateau_from(profile.accuracy, profile.accuracy, profile.accuracy_ci)
 
 Conventions (what a report quotes):
 
 - Folds: ``StratifiedGroupKFold(folds, shuffle=True, random_state=seed)`` when every group has one label, else
   ``GroupKFold(folds, shuffle=True, random_state=seed)`` (groups with several labels, e.g. a pair's sides A and B).
-  A group's rows are never split; one set of folds serves every state; relabellings carry it along (below).
+  A group's rows are never split; one set of folds serves every state, the surface baseline and the control task.
 - ``logreg``: per training fold, ``StandardScaler`` fitted on the training rows, then scikit-learn's
-  ``LogisticRegression`` (L2, lbfgs; multinomial for several classes) with C from ``CS`` (10^-3 .. 10^2) chosen by an
-  inner ``GroupKFold`` (3 splits, fewer if fewer groups) of the training rows only: the most inner out-of-fold hits
-  (ties: the smaller C), refit on the whole training fold. Scores: decision function (binary), else probabilities.
+  ``LogisticRegression`` (L2, lbfgs, tol 1e-4; multinomial for several classes) with C from ``CS`` (10^-3 .. 10^2)
+  chosen by an inner ``GroupKFold`` (3 splits, fewer if fewer groups) of the training rows only: the most inner
+  out-of-fold hits (ties: the smaller C), refit on the whole training fold (``fixed_c``: that C, no search). Scores:
+  decision function (binary), else probabilities. Computed as :mod:`layerscope.measures.probe_fits` says (each fit in
+  its training rows' row space, one L-BFGS batch per state, warm starts over C): scikit-learn's objective and
+  stopping rule, so the predictions are scikit-learn's to its tolerance.
 - ``mass_mean`` (Marks & Tegmark), raw space, no standardisation: two classes, w = mean(class 1) - mean(class 0) of
-  the training rows, class 1 when w.x > w.(mu0 + mu1) / 2, score w.x - w.(mu0 + mu1) / 2 (w.x, shifted so that the
-  pooled folds share the decision point 0); several classes, the nearest class mean (Euclidean), scores minus the
-  distances to the class means.
+  the training rows, class 1 when w.x > w.(mu0 + mu1) / 2, score w.x - w.(mu0 + mu1) / 2; several classes, the
+  nearest class mean (Euclidean), scores minus the distances to the class means.
 - Accuracy and AUROC from the pooled out-of-fold predictions and scores: AUROC of the positive class (the second of
   the sorted classes) or the macro mean of the one-vs-rest AUROCs; ties count one half.
-- Bootstrap: groups resampled with replacement, accuracy and AUROC recomputed from the out-of-fold predictions of
-  the resampled rows (no refit); percentile intervals at ``ci_level``. A resample where AUROC is undefined (a class
-  missing) is left out of the AUROC interval.
-- Relabelling (the permutations and the control task): with one label per group, the groups are permuted and each
-  group takes another's label together with its fold, so every fold keeps the real task's class counts (permuting
-  the labels alone over fixed stratified folds unbalances the training folds, and a probe fitted on unbalanced
-  folds predicts its test fold's minority class: anti-learning, which drags the null below chance; logreg's p fell
-  below 0.05 on 9 of 100 pure-noise sets that way, on 5 with carried folds); with several labels in a group, each
-  group's labels are permuted within it (a pair: A and B swapped with probability 1/2), in the same folds.
-- Permutation p of accuracy per state: each of ``n_permutations`` relabellings refitted; p = (1 + #{null >=
-  observed}) / (1 + n_permutations), ties counted (conservative for a discrete accuracy); q: Benjamini-Hochberg over
-  states (scipy's, as ``layerscope.stats.bh_qvalues``, which measures may not import). ``logreg`` shortcut: the null
-  fits use one C per state, the one chosen most often over the real task's folds (ties: the smaller), no inner
-  search, and features standardised over all rows (label-free) instead of per training fold, so that all
-  relabellings share them; a batched L-BFGS fits them (:mod:`layerscope.measures.batched_logistic`, scikit-learn's
-  objective to its tolerance). The observed accuracy in p is refitted the same way on the real labels, so observed
-  and null are computed alike: p tests that fitted probe family, not the C search, and its observed accuracy can
-  differ slightly from ``accuracy``.
-- Control task (Hewitt & Liang 2019): one seeded relabelling as above (one label per group: the class frequencies
-  over groups are the real task's), probed by the same procedure (for ``logreg`` with its own C search) in its
-  carried folds; selectivity = accuracy - control accuracy, its interval from the same group resamples for both.
-- ``decodable_from``: the smallest s with accuracy[t] >= the lower end of the best state's interval for all t >= s
-  (None when the last state falls below). Its interval: the same rule on each resample's profile, with that
-  profile's own maximum less the original margin (accuracy - interval low at the original best state); the lower
-  and higher order statistics at ``ci_level``; None when nothing qualifies in more than (1 - ci_level) / 2 of the
-  resamples (the interval would reach past the last state).
+- Bootstrap: groups resampled with replacement, every statistic recomputed from the out-of-fold hits of the
+  resampled rows (no refit): accuracy, AUROC, the surface baseline's, the control's, and the differences (gain,
+  selectivity) paired, both sides on the same resample. Percentile intervals at ``ci_level``; a resample where AUROC
+  is undefined (a class missing) is left out of the AUROC interval.
+- Permutation p of accuracy per state: ``n_permutations`` relabellings (one label per group: the groups permuted,
+  each taking another's label with its fold, so every fold keeps the real task's class counts: permuting the labels
+  alone over fixed stratified folds unbalances the training folds, and a probe fitted on unbalanced folds predicts
+  its test fold's minority class, anti-learning that drags the null below chance; logreg's p fell below 0.05 on 9
+  of 100 pure-noise sets that way, on 5 with carried folds; several labels in a group: each group's labels
+  permuted within it, in the same folds), each refitted; p = (1 + #{null >= observed})
+  / (1 + n_permutations), ties counted. ``p_floor`` = 1 / (1 + n_permutations) is the smallest p possible
+  (``at_floor``: p there, so q cannot go lower with these permutations). q: Benjamini-Hochberg over states.
+  ``logreg`` shortcut: the null fits use one C per state (``chosen_c``, the one chosen most often over the real
+  task's folds, ties the smaller), no inner search, features standardised over all rows (label-free), batched
+  (:mod:`layerscope.measures.batched_logistic`); the observed accuracy in p is refitted the same way, so p tests that
+  fitted probe family, not the C search.
+- Shallow readers: the bag-of-tokens baseline (``surface``, :func:`surface_baseline`: the logistic probe on token
+  counts and length, same folds) and the state-0 probe of the same method; ``best_surface`` is the one with the
+  higher observed accuracy (ties: state 0). ``gain`` = accuracy - its accuracy, ``gain_ci`` paired.
+- ``decodable[s]``: q[s] < ``level`` and gain_ci[s, 0] > 0 (state 0 never is without a surface baseline: its gain
+  is 0 on every resample). ``decodable_from``: the first state s with every t >= s decodable (None when the last
+  is not).
+- ``plateau_from`` (the rule called decodable_from before issue 45): the smallest s with accuracy[t] >= the lower
+  end of the best state's interval for all t >= s. ``plateau_ci``: the same rule on each resample's profile, with
+  that profile's own maximum less the original margin; the lower and higher order statistics at ``ci_level``; None
+  when nothing qualifies in more than (1 - ci_level) / 2 of the resamples.
+- Control task (Hewitt & Liang 2019; :mod:`layerscope.measures.probe_controls`): ``control_seeds`` draws of a
+  random class per unit (``units``), every row its unit's class, in the real task's folds; fitted by the same
+  family: ``mass_mean`` exactly as the real task, ``logreg`` at each state's ``chosen_c`` on features standardised
+  over all rows, batched over the seeds (the permutation null's shortcut). ``control_accuracy``: the mean over
+  seeds; its interval and ``selectivity_ci`` from the per-row mean over seeds of the control hits, paired with the
+  real hits. Only where units recur: ``control_recurrence`` (rows whose unit also occurs in another fold) >= 0.5,
+  else (or without ``units``) ``control_possible`` is False and the control fields are NaN. Units are not groups,
+  so the control's class counts differ between folds: where the real label dominates the features and a unit's rows
+  mix labels, a probe can score below chance on it (anti-learning); read it against selectivity, not chance.
 
-``seed`` fixes the folds and, through ``np.random.SeedSequence(seed).spawn(3)``, the control task, the permutations
-and the group resamples, so both methods share all four on one input. BLAS runs single-threaded inside.
+``seed`` fixes the folds and, through ``np.random.SeedSequence(seed).spawn(3)``, the control task (its first
+stream, spawned once more per control seed), the permutations and the group resamples (``rng.integers(0, G,
+(n_bootstrap, G))`` on the group codes, sorted), so both methods share them on one input. States run in
+``n_jobs`` worker processes (joblib's loky) or in this one, BLAS single-threaded; the results do not depend on it.
+
+Speed (SmolLM2-135M's pair side, X (308, 31, 576), logreg, 5 folds, 100 permutations, 1000 resamples, a 2-core
+EPYC): 27-29 s before issue 45 (a scikit-learn fit per inner split and C), 9 s now in one process (10 s with a
+10-seed control task); two workers took 7 s on the otherwise idle machine but 10-15 s while another job kept a core
+busy, so ``N_JOBS`` is 1.
 """
 
 from __future__ import annotations
@@ -58,24 +77,64 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+from joblib import Parallel, delayed
 from scipy.stats import false_discovery_control
-from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import GroupKFold, StratifiedGroupKFold
-from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
-from .batched_logistic import fit_batched
+from .probe_controls import (  # noqa: F401  (re-exported)
+    SurfaceBaseline,
+    _control_codes,
+    control_labels,
+    control_recurrence,
+    control_task,
+    surface_baseline,
+    surface_features,
+)
+from .probe_fits import CS, logreg_fixed, logreg_oof, mass_mean, nested_plan  # noqa: F401  (CS re-exported)
+from .probe_folds import (  # noqa: F401  (re-exported)
+    auroc,
+    check_folds,
+    check_task,
+    decodable_start,
+    fold_ids,
+    group_codes,
+    group_weights,
+    interval,
+    make_folds,
+    plateau_from,
+    plateau_interval,
+    relabel,
+    weighted_mean,
+)
+from .probe_transfer import TransferProfile, transfer_states  # noqa: F401  (re-exported)
 
-CS = 10.0 ** np.arange(-3, 3)
-"""The logistic regression's C grid, searched by the inner CV of each training fold."""
-INNER_FOLDS = 3
-MAX_ITER = 1000
 METHODS = ("logreg", "mass_mean")
+RECURRENCE = 0.5
+"""The least share of rows whose unit recurs in another fold for the control task to be fitted."""
+N_JOBS = 1
+"""Worker processes for the states when probe_states is given no n_jobs (measured: see the module docstring)."""
 
 
 @dataclass
 class ProbeProfile:
-    """One method over all states; arrays indexed by state 0 .. S - 1, intervals (S, 2) as (low, high)."""
+    """One method over all states; arrays indexed by state 0 .. S - 1, intervals (S, 2) as (low, high).
+
+    accuracy, accuracy_ci, auroc, auroc_ci: out-of-fold accuracy and AUROC with group-bootstrap intervals.
+    p, q: permutation p of accuracy and its Benjamini-Hochberg q over states; p_floor = 1 / (n_permutations + 1),
+    the smallest p possible; at_floor (S,) bool: p at that floor (more permutations could lower it, q cannot).
+    chosen_c (S,): the C chosen most often over the outer folds (ties: the smaller; logreg, else NaN), the C of the
+    null and control fits.
+    surface_accuracy, surface_ci: the bag-of-tokens baseline (NaN without one); best_surface: "bag of tokens" or
+    "state 0", the shallow reader with the higher accuracy; gain, gain_ci: accuracy less the best surface's, paired.
+    decodable (S,) bool: q < level and gain_ci[:, 0] > 0; decodable_from: the first state from which every state is
+    decodable (None when the last is not); decodable_ci: None (kept for old readers: the new rule reads q, which
+    has no resamples; the old rule's interval is plateau_ci).
+    plateau_from, plateau_ci: the old rule (accuracy stays at or above the lower end of the best state's interval)
+    and its bootstrap interval (None when the resamples reach past the last state).
+    control_accuracy, control_ci, selectivity, selectivity_ci: Hewitt & Liang's control task (mean over
+    control_seeds) and accuracy less it; NaN unless control_possible (units given, control_recurrence >= 0.5).
+    n, n_groups, classes, chance (the majority class's share of the rows), level (for decodable).
+    """
 
     method: str
     accuracy: np.ndarray
@@ -94,297 +153,165 @@ class ProbeProfile:
     n_groups: int
     classes: tuple[str, ...]
     chance: float
-    """The majority class's share of the rows."""
+    surface_accuracy: float
+    surface_ci: np.ndarray
+    best_surface: str
+    gain: np.ndarray
+    gain_ci: np.ndarray
+    decodable: np.ndarray
+    plateau_from: int | None
+    plateau_ci: tuple[int, int] | None
+    p_floor: float
+    at_floor: np.ndarray
+    chosen_c: np.ndarray
+    control_recurrence: float
+    control_possible: bool
+    control_seeds: int
+    level: float
 
 
 def probe_states(X, labels, groups, *, method: str = "logreg", folds: int = 5, n_bootstrap: int = 1000,
-                 n_permutations: int = 200, seed: int = 0, ci_level: float = 0.95) -> ProbeProfile:
+                 n_permutations: int = 200, seed: int = 0, ci_level: float = 0.95,
+                 surface: SurfaceBaseline | None = None, units=None, control_seeds: int = 10, fixed_c=None,
+                 level: float = 0.05, n_jobs: int | None = None) -> ProbeProfile:
     """X (n, S, d) float (any float dtype; float64 inside, one state at a time), labels (n,) of str or int,
-    groups (n,) of hashables: rows of one group are never split across folds -> a :class:`ProbeProfile`."""
+    groups (n,) of hashables: rows of one group are never split across folds; surface: :func:`surface_baseline`
+    on the same labels, groups, folds and seed; units (n,) hashables for the control task; fixed_c (logreg): a C
+    (float or (S,)) instead of the search; n_jobs: worker processes (default ``N_JOBS``) -> a :class:`ProbeProfile`."""
     if method not in METHODS:
         raise ValueError(f"unknown probe method {method!r}; use one of {', '.join(METHODS)}")
-    X, y, g, classes = _check(X, labels, groups, folds, n_bootstrap, n_permutations, ci_level)
-    fold = _folds(y, g, folds, seed)
-    _check_folds(fold, y, classes)
-    control_rng, perm_rng, boot_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
-    tasks = [_relabel(y, g, fold, rng, count) for rng, count in ((control_rng, 1), (perm_rng, n_permutations))]
-    Y = np.vstack([y] + [relabelled for relabelled, _ in tasks])  # (2 + P, n): real, control, permutations
-    folds_of = np.vstack([fold] + [f for _, f in tasks])
-    with threadpool_limits(limits=1):
-        states = [_state(X[:, s].astype(np.float64), Y, folds_of, g, method, len(classes)) for s in range(X.shape[1])]
-    correct = np.stack([st[0] == y for st in states])             # (S, n)
-    control = np.stack([st[2] == Y[1] for st in states])
-    weights = _group_weights(g, n_bootstrap, boot_rng)            # (B, n)
-    acc_boot, control_boot = _weighted_mean(weights, correct), _weighted_mean(weights, control)  # (B, S)
-    auroc_boot = np.stack([_auroc(st[1], y, weights) for st in states], axis=1)
-    accuracy, control_accuracy = correct.mean(axis=1), control.mean(axis=1)
-    accuracy_ci = _interval(acc_boot, ci_level)
-    p = np.array([(1 + np.sum(st[4] >= st[3] - 1e-12)) / (1 + n_permutations) for st in states])
-    first = decodable_from(accuracy, accuracy, accuracy_ci)
-    return ProbeProfile(
-        method=method, accuracy=accuracy, accuracy_ci=accuracy_ci,
-        auroc=np.array([_auroc(st[1], y, np.ones((1, len(y))))[0] for st in states]),
-        auroc_ci=_interval(auroc_boot, ci_level), p=p, q=false_discovery_control(p, method="bh"),
-        control_accuracy=control_accuracy, control_ci=_interval(control_boot, ci_level),
-        selectivity=accuracy - control_accuracy, selectivity_ci=_interval(acc_boot - control_boot, ci_level),
-        decodable_from=first,
-        decodable_ci=None if first is None else _decodable_interval(acc_boot, accuracy, accuracy_ci, ci_level),
-        n=len(y), n_groups=int(g.max()) + 1, classes=classes, chance=float(np.bincount(y).max() / len(y)))
+    X, y, g, classes = _check(X, labels, groups, folds, n_bootstrap, n_permutations, ci_level, level, control_seeds)
+    n, n_states = X.shape[:2]
+    fold = make_folds(y, g, folds, seed)
+    check_folds(fold, y, classes)
+    fixed = _fixed_c(fixed_c, method, n_states)
+    control_ss, perm_ss, boot_ss = np.random.SeedSequence(seed).spawn(3)
+    Y_null, folds_null = relabel(y, g, fold, np.random.default_rng(perm_ss), n_permutations)
+    recurrence = float("nan") if units is None else _recurrence(units, fold, n)
+    possible = bool(recurrence >= RECURRENCE)
+    Y_control = (_control_codes(group_codes(list(units)), y, len(classes), seed, control_seeds) if possible
+                 else np.empty((0, n), dtype=y.dtype))
+    shared = dict(y=y, plan=nested_plan(y, g, fold) if method == "logreg" else None, fold=fold, Y_null=Y_null,
+                  folds_null=folds_null, Y_control=Y_control, method=method, n_classes=len(classes))
+    jobs = N_JOBS if n_jobs is None else n_jobs
+    if jobs > 1 and n_states > 1:
+        states = Parallel(n_jobs=min(jobs, n_states), backend="loky")(
+            delayed(_state)(X[:, s], fixed[s], **shared) for s in range(n_states))
+    else:
+        states = [_state(X[:, s], fixed[s], **shared) for s in range(n_states)]
+    correct = np.stack([st["pred"] == y for st in states])             # (S, n)
+    weights = group_weights(g, n_bootstrap, np.random.default_rng(boot_ss))  # (B, n)
+    acc_boot = weighted_mean(weights, correct)                           # (B, S)
+    accuracy, accuracy_ci = correct.mean(axis=1), interval(acc_boot, ci_level)
+    auroc_boot = np.stack([auroc(st["scores"], y, weights) for st in states], axis=1)
+    p = np.array([(1 + np.sum(st["null"] >= st["observed"] - 1e-12)) / (1 + n_permutations) for st in states])
+    q = false_discovery_control(p, method="bh")
+    out = dict(method=method, accuracy=accuracy, accuracy_ci=accuracy_ci,
+               auroc=np.array([auroc(st["scores"], y, np.ones((1, n)))[0] for st in states]),
+               auroc_ci=interval(auroc_boot, ci_level), p=p, q=q, n=n, n_groups=int(g.max()) + 1, classes=classes,
+               chance=float(np.bincount(y).max() / n), p_floor=1 / (n_permutations + 1),
+               at_floor=p <= 1 / (n_permutations + 1) + 1e-12, chosen_c=np.array([st["c"] for st in states]),
+               control_recurrence=recurrence, control_possible=possible, control_seeds=control_seeds, level=level)
+    out |= _control_fields(states, weights, acc_boot, accuracy, ci_level, possible, n_states)
+    out |= _surface_fields(surface, fold, weights, acc_boot, accuracy, q, ci_level, level, n)
+    first = plateau_from(accuracy, accuracy, accuracy_ci)
+    out |= dict(plateau_from=first, decodable_ci=None,
+                plateau_ci=None if first is None else plateau_interval(acc_boot, accuracy, accuracy_ci, ci_level))
+    return ProbeProfile(**out)
 
 
 def decodable_from(accuracy_boot: np.ndarray, accuracy: np.ndarray, ci: np.ndarray) -> int | None:
-    """The first state s of the profile ``accuracy_boot`` (S,) from which it stays at or above max(accuracy_boot)
-    less the margin accuracy[b] - ci[b, 0] at b = argmax(accuracy) ((S,) and (S, 2), the observed profile and its
-    interval); None when its last state falls below. On the observed profile, ``decodable_from(accuracy, accuracy,
-    ci)``, the threshold is the lower end of the best state's interval; on a bootstrap resample's profile it is that
-    resample's own maximum less the same margin."""
-    profile, accuracy, ci = (np.asarray(a, dtype=np.float64) for a in (accuracy_boot, accuracy, ci))
-    best = int(np.argmax(accuracy))
-    threshold = profile.max() - (accuracy[best] - ci[best, 0])
-    below = np.flatnonzero(~(profile >= threshold - 1e-12))
-    if len(below) and below[-1] == len(profile) - 1:
-        return None
-    return int(below[-1] + 1) if len(below) else 0
+    """Deprecated name of :func:`plateau_from` (the rule probe_states called decodable_from before issue 45)."""
+    warnings.warn("decodable_from(accuracy_boot, accuracy, ci) is now plateau_from; ProbeProfile.decodable_from "
+                  "is the first state from which every state is decodable (q < level and gain above the shallow "
+                  "readers)", DeprecationWarning, stacklevel=2)
+    return plateau_from(accuracy_boot, accuracy, ci)
 
 
-def fold_ids(labels, groups, folds: int = 5, seed: int = 0) -> np.ndarray:
-    """(n,) the fold (0 .. folds - 1) of every row, as :func:`probe_states` splits them."""
-    y, g = _codes(labels)[0], _group_codes(groups)
-    return _folds(y, g, folds, seed)
+def _state(x, fixed, *, y, plan, fold, Y_null, folds_null, Y_control, method, n_classes) -> dict:
+    """One state x (n, d) -> pred (n,), scores, c (the null's and control's C), observed (accuracy of the fit the
+    null repeats), null (P,) accuracies, control (seeds, n) hits."""
+    x = np.asarray(x, dtype=np.float64)
+    seeds = len(Y_control)
+    Y = np.vstack([y[None], Y_null, Y_control])
+    folds_of = np.vstack([fold[None], folds_null, np.broadcast_to(fold, Y_control.shape)])
+    with threadpool_limits(limits=1):
+        if method == "mass_mean":
+            pred, scores = mass_mean(x, Y, folds_of, n_classes)
+            c, observed, fitted = float("nan"), pred[0], pred
+            pred, scores = pred[0], scores[0]
+        else:
+            pred, scores, cs = logreg_oof(x, y, plan, n_classes, c=fixed)
+            values, counts = np.unique(cs, return_counts=True)
+            c = float(values[np.argmax(counts)])
+            fitted = logreg_fixed(x, Y, folds_of, c, n_classes)
+            observed = fitted[0]
+    null_hits = fitted[1:len(Y) - seeds] == Y_null
+    return dict(pred=pred, scores=scores, c=c, observed=np.mean(observed == y), null=null_hits.mean(axis=1),
+                control=fitted[len(Y) - seeds:] == Y_control)
 
 
-def control_task(labels, groups, folds: int = 5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """The control task as :func:`probe_states` draws it for ``seed``: (n,) labels (values of ``labels``) and (n,)
-    folds."""
-    y, g = _codes(labels)[0], _group_codes(groups)
-    rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(3)[0])
-    control, fold = _relabel(y, g, _folds(y, g, folds, seed), rng, 1)
-    return np.unique(np.asarray(labels))[control[0]], fold[0]
+def _control_fields(states, weights, acc_boot, accuracy, ci_level, possible, n_states) -> dict:
+    if not possible:
+        nan, nan_ci = np.full(n_states, np.nan), np.full((n_states, 2), np.nan)
+        return dict(control_accuracy=nan, control_ci=nan_ci, selectivity=nan.copy(), selectivity_ci=nan_ci.copy())
+    hits = np.stack([st["control"].sum(axis=0) for st in states])   # (S, n) per-row control hits over the seeds
+    seeds = len(states[0]["control"])
+    control_boot = weighted_mean(weights, hits) / seeds              # integer sums, so duplicates change nothing
+    control_accuracy = hits.mean(axis=1) / seeds
+    return dict(control_accuracy=control_accuracy, control_ci=interval(control_boot, ci_level),
+                selectivity=accuracy - control_accuracy, selectivity_ci=interval(acc_boot - control_boot, ci_level))
 
 
-def _check(X, labels, groups, folds, n_bootstrap, n_permutations, ci_level):
+def _surface_fields(surface, fold, weights, acc_boot, accuracy, q, ci_level, level, n) -> dict:
+    if surface is None:
+        surface_accuracy, surface_ci, best, surface_boot = float("nan"), np.full(2, np.nan), "state 0", None
+    else:
+        if len(surface.correct) != n or not np.array_equal(surface.fold, fold):
+            raise ValueError("the surface baseline was fitted on other rows or folds; call surface_baseline(F, "
+                             "labels, groups, folds=..., seed=...) with probe_states' labels, groups, folds and seed")
+        surface_boot = weighted_mean(weights, np.asarray(surface.correct, dtype=np.float64)[None])[:, 0]
+        surface_accuracy, surface_ci = float(surface.accuracy), interval(surface_boot[:, None], ci_level)[0]
+        best = "bag of tokens" if surface_accuracy > accuracy[0] else "state 0"
+    best_boot = surface_boot if best == "bag of tokens" else acc_boot[:, 0]
+    gain = accuracy - (surface_accuracy if best == "bag of tokens" else accuracy[0])
+    gain_ci = interval(acc_boot - best_boot[:, None], ci_level)
+    decodable = (q < level) & (gain_ci[:, 0] > 0)
+    return dict(surface_accuracy=surface_accuracy, surface_ci=surface_ci, best_surface=best, gain=gain,
+                gain_ci=gain_ci, decodable=decodable, decodable_from=decodable_start(decodable))
+
+
+def _fixed_c(fixed_c, method, n_states) -> list:
+    if fixed_c is None:
+        return [None] * n_states
+    if method != "logreg":
+        raise ValueError(f"fixed_c={fixed_c!r} with method={method!r}: only the logistic probe has a C; drop fixed_c")
+    c = np.broadcast_to(np.asarray(fixed_c, dtype=np.float64), (n_states,))
+    if not np.all(c > 0):
+        raise ValueError(f"fixed_c={fixed_c!r}: give one positive C, or one per state ({n_states})")
+    return [float(v) for v in c]
+
+
+def _recurrence(units, fold, n) -> float:
+    if len(units) != n:
+        raise ValueError(f"units has {len(units)} entries for {n} rows; give one unit per row of X (e.g. the first "
+                         "token that differs within a pair, or a template id)")
+    return control_recurrence(units, fold)
+
+
+def _check(X, labels, groups, folds, n_bootstrap, n_permutations, ci_level, level, control_seeds):
     X = np.asarray(X)
     if X.ndim != 3 or X.dtype.kind not in "fiu":
         raise ValueError(f"X is a {X.ndim}-D {X.dtype} array of shape {X.shape}; probes need a 3-D float array "
                          "(n rows, S states, d features), e.g. np.stack(per_state_vectors, axis=1)")
-    labels, groups = np.asarray(labels), list(groups)
-    if not len(labels) == len(groups) == len(X):
-        raise ValueError(f"X has {len(X)} rows, labels {len(labels)} and groups {len(groups)}; "
-                         "give one label and one group per row of X")
     if not np.isfinite(X).all():
         row, state = np.argwhere(~np.isfinite(X))[0][:2]
         raise ValueError(f"X holds NaN or inf (first at row {row}, state {state}); probes need finite states, so "
                          "extract in float32 and check the model's weights, or drop those rows")
-    if int(folds) != folds or folds < 2 or n_bootstrap < 1 or n_permutations < 1 or not 0 < ci_level < 1:
+    if (int(folds) != folds or folds < 2 or n_bootstrap < 1 or n_permutations < 1 or not 0 < ci_level < 1
+            or not 0 < level < 1 or control_seeds < 1):
         raise ValueError(f"folds={folds}, n_bootstrap={n_bootstrap}, n_permutations={n_permutations}, "
-                         f"ci_level={ci_level}: use folds >= 2, n_bootstrap and n_permutations >= 1, 0 < ci_level < 1")
-    y, classes = _codes(labels)
-    g = _group_codes(groups)
-    if len(classes) < 2:
-        raise ValueError(f"the labels hold {len(classes)} class(es) {classes}; a probe needs at least two classes, "
-                         "so add rows of another class")
-    n_groups = int(g.max()) + 1
-    if n_groups < 2 * folds:
-        raise ValueError(f"{n_groups} groups for folds={folds}; grouped cross-validation needs at least 2 * folds "
-                         f"groups, so lower folds (at most {n_groups // 2}) or add groups")
-    for k, name in enumerate(classes):
-        if (count := len(np.unique(g[y == k]))) < folds:
-            lower = f" or lower folds to {count}" if count >= 2 else ""
-            raise ValueError(f"class {name!r} is in {count} groups, fewer than folds={folds}; every class needs a "
-                             f"group in every fold, so add groups of that class{lower}")
+                         f"ci_level={ci_level}, level={level}, control_seeds={control_seeds}: use folds >= 2, "
+                         "n_bootstrap, n_permutations and control_seeds >= 1, 0 < ci_level < 1, 0 < level < 1")
+    y, g, classes = check_task(labels, groups, folds, len(X))
     return X, y, g, classes
-
-
-def _codes(labels) -> tuple[np.ndarray, tuple[str, ...]]:
-    values, y = np.unique(np.asarray(labels), return_inverse=True)
-    return y.ravel(), tuple(str(v) for v in values)
-
-
-def _group_codes(groups) -> np.ndarray:
-    """(n,) each row's group index: in sorted order when the groups sort (as scikit-learn numbers them, so that its
-    splitters called on the raw groups give the same folds), else in order of first appearance."""
-    first: dict = {}
-    codes = np.array([first.setdefault(x, len(first)) for x in groups], dtype=np.intp)
-    try:
-        order = sorted(range(len(first)), key=list(first).__getitem__)
-    except TypeError:
-        return codes
-    rank = np.empty(len(order), dtype=np.intp)
-    rank[order] = np.arange(len(order))
-    return rank[codes]
-
-
-def _single_label(y: np.ndarray, g: np.ndarray) -> bool:
-    group_label = np.empty(g.max() + 1, dtype=y.dtype)
-    group_label[g] = y
-    return bool((group_label[g] == y).all())
-
-
-def _folds(y: np.ndarray, g: np.ndarray, folds: int, seed: int) -> np.ndarray:
-    kind = StratifiedGroupKFold if _single_label(y, g) else GroupKFold
-    fold = np.empty(len(y), dtype=np.intp)
-    for f, (_, test) in enumerate(kind(n_splits=folds, shuffle=True, random_state=seed).split(fold, y, g)):
-        fold[test] = f
-    return fold
-
-
-def _check_folds(fold: np.ndarray, y: np.ndarray, classes: tuple[str, ...]) -> None:
-    for f in range(fold.max() + 1):
-        if missing := [classes[k] for k in range(len(classes)) if not np.any(y[fold != f] == k)]:
-            raise ValueError(f"the training rows of fold {f} hold no row of class {missing[0]!r} (its groups all "
-                             "fell in that fold); lower folds, change seed or add groups of that class")
-
-
-def _relabel(y, g, fold, rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """(count, n) relabellings and their (count, n) folds. One label per group: a permutation of the groups, each
-    group taking another's label and fold, so every fold keeps its class counts; else each group's labels permuted
-    within it, in the same folds."""
-    if _single_label(y, g):
-        group_label, group_fold = np.empty(g.max() + 1, dtype=y.dtype), np.empty(g.max() + 1, dtype=fold.dtype)
-        group_label[g], group_fold[g] = y, fold
-        moves = np.stack([rng.permutation(len(group_label)) for _ in range(count)])
-        return group_label[moves][:, g], group_fold[moves][:, g]
-    by_group = np.argsort(g, kind="stable")
-    out = np.empty((count, len(y)), dtype=y.dtype)
-    for row in out:
-        row[by_group] = y[np.lexsort((rng.random(len(y)), g))]  # the same group sizes, shuffled within each
-    return out, np.broadcast_to(fold, out.shape)
-
-
-def _state(x, Y, folds_of, g, method, n_classes):
-    """One state x (n, d); label rows Y (2 + P, n) and their folds: the real task, the control, the permutations ->
-    (pred, scores, control pred, observed accuracy for p, (P,) null accuracies)."""
-    if method == "mass_mean":
-        pred, scores = _mass_mean(x, Y, folds_of, n_classes)
-        return pred[0], scores[0], pred[1], np.mean(pred[0] == Y[0]), (pred[2:] == Y[2:]).mean(axis=1)
-    pred, scores, cs = _logreg(x, Y[0], folds_of[0], g, n_classes)
-    control = _logreg(x, Y[1], folds_of[1], g, n_classes)[0]
-    values, counts = np.unique(cs, return_counts=True)
-    rows = np.r_[0, 2:len(Y)]
-    null = _logreg_null(x, Y[rows], folds_of[rows], float(values[np.argmax(counts)]), n_classes)
-    return pred, scores, control, np.mean(null[0] == Y[0]), (null[1:] == Y[2:]).mean(axis=1)
-
-
-def _mass_mean(x: np.ndarray, Y: np.ndarray, folds_of: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """x (n, d), label codes Y (P, n) and folds (P, n) -> out-of-fold predictions (P, n) and scores, (P, n) for two
-    classes else (P, n, K). A class absent from a training fold (possible in a relabelling) is never predicted."""
-    P, n = Y.shape
-    x = x - x.mean(axis=0)  # distances are shift-invariant; centring keeps them precise
-    onehot = Y[..., None] == np.arange(n_classes)                                     # (P, n, K)
-    pred = np.empty((P, n), dtype=np.intp)
-    scores = np.empty((P, n) if n_classes == 2 else (P, n, n_classes))
-    for f in range(folds_of.max() + 1):
-        train = (onehot & (folds_of != f)[..., None]).transpose(0, 2, 1).astype(np.float64)  # (P, K, n)
-        counts = train.sum(axis=2)                                                         # (P, K)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            means = (train.reshape(-1, n) @ x).reshape(P, n_classes, -1) / counts[..., None]  # (P, K, d)
-        sq = ((x**2).sum(axis=1)[None, :, None] - 2 * (means @ x.T).transpose(0, 2, 1)
-              + (means**2).sum(axis=2)[:, None, :])                                       # (P, n, K)
-        sq = np.where(counts[:, None, :] > 0, np.maximum(sq, 0.0), np.inf)
-        test = folds_of == f
-        pred[test] = sq.argmin(axis=2)[test]
-        with np.errstate(invalid="ignore"):
-            scores[test] = ((sq[..., 0] - sq[..., 1]) / 2 if n_classes == 2 else -np.sqrt(sq))[test]
-    return pred, scores
-
-
-def _logreg(x, y, fold, g, n_classes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Out-of-fold predictions (n,), scores ((n,) or (n, K)) and the C chosen in each fold (folds,)."""
-    pred = np.empty(len(y), dtype=np.intp)
-    scores = np.zeros(len(y) if n_classes == 2 else (len(y), n_classes))
-    cs = np.empty(fold.max() + 1)
-    for f in range(len(cs)):
-        train, test = fold != f, fold == f
-        if len(present := np.unique(y[train])) < 2:  # a relabelling left one class in training: predict it
-            pred[test], cs[f] = present[0], CS[0]
-            continue
-        cs[f] = _choose_c(x[train], y[train], g[train])
-        scaler = StandardScaler().fit(x[train])
-        model = LogisticRegression(C=cs[f], max_iter=MAX_ITER).fit(scaler.transform(x[train]), y[train])
-        xte = scaler.transform(x[test])
-        pred[test] = model.predict(xte)
-        if n_classes == 2:
-            scores[test] = model.decision_function(xte)
-        else:
-            scores[np.ix_(test, model.classes_)] = model.predict_proba(xte)
-    return pred, scores, cs
-
-
-def _choose_c(x: np.ndarray, y: np.ndarray, g: np.ndarray) -> float:
-    """The C of ``CS`` with the most hits over an inner grouped CV of these (training) rows; ties: the smaller."""
-    hits = np.zeros(len(CS))
-    for train, test in GroupKFold(n_splits=min(INNER_FOLDS, len(np.unique(g)))).split(x, y, g):
-        if len(np.unique(y[train])) < 2:
-            continue
-        scaler = StandardScaler().fit(x[train])
-        xtr, xte = scaler.transform(x[train]), scaler.transform(x[test])
-        model = LogisticRegression(max_iter=MAX_ITER, warm_start=True)  # ascending C: each fit starts at the last
-        for i, c in enumerate(CS):
-            hits[i] += np.sum(model.set_params(C=c).fit(xtr, y[train]).predict(xte) == y[test])
-    return float(CS[int(np.argmax(hits))])
-
-
-def _logreg_null(x, Y, folds_of, c, n_classes) -> np.ndarray:
-    """x (n, d), label codes Y (P, n) and folds (P, n) -> (P, n) out-of-fold predictions, all at C = c, on features
-    standardised over all rows (label-free) so that every label row shares them, its training rows as weights."""
-    u, s, vt = np.linalg.svd(StandardScaler().fit_transform(x), full_matrices=False)
-    keep = s > s[0] * 1e-10  # the row space: an L2 fit lies in it, so this basis gives the same probe
-    z = u[:, keep] * s[keep]
-    pred = np.empty(Y.shape, dtype=np.intp)
-    for f in range(folds_of.max() + 1):
-        theta = fit_batched(z, Y, c, n_classes, weights=(folds_of != f).astype(np.float64))  # (P, r + 1, k)
-        eta = np.einsum("nj,pjk->pnk", np.hstack([z, np.ones((len(z), 1))]), theta)
-        test = folds_of == f
-        pred[test] = (eta[..., 0] > 0 if n_classes == 2 else eta.argmax(axis=2))[test]
-    return pred
-
-
-def _group_weights(g: np.ndarray, n_bootstrap: int, rng: np.random.Generator) -> np.ndarray:
-    """(B, n): how often each row's group is drawn when the groups are resampled with replacement."""
-    n_groups = int(g.max()) + 1
-    draws = rng.integers(0, n_groups, size=(n_bootstrap, n_groups)) + n_groups * np.arange(n_bootstrap)[:, None]
-    counts = np.bincount(draws.ravel(), minlength=n_bootstrap * n_groups).reshape(n_bootstrap, n_groups)
-    return counts[:, g].astype(np.float64)
-
-
-def _weighted_mean(weights: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """(B, n) weights, (S, n) values -> (B, S)."""
-    return (weights @ values.T) / weights.sum(axis=1, keepdims=True)
-
-
-def _auroc(scores: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """AUROC of scores (n,) for class 1, or macro one-vs-rest of scores (n, K), weighting rows by each row of
-    weights (B, n) -> (B,); NaN where a class has no weight."""
-    if scores.ndim == 1:
-        return _binary_auroc(scores, y == 1, weights)
-    return np.mean([_binary_auroc(scores[:, k], y == k, weights) for k in range(scores.shape[1])], axis=0)
-
-
-def _binary_auroc(score: np.ndarray, positive: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Weighted Mann-Whitney: P(score of a positive > score of a negative) + P(tie) / 2, per row of weights."""
-    order = np.argsort(score, kind="stable")
-    starts = np.flatnonzero(np.r_[True, np.diff(score[order]) != 0])  # blocks of tied scores
-    w = weights[:, order]
-    pos = np.add.reduceat(w * positive[order], starts, axis=1)
-    neg = np.add.reduceat(w * ~positive[order], starts, axis=1)
-    below = np.cumsum(neg, axis=1) - neg
-    denominator = pos.sum(axis=1) * neg.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(denominator > 0, (pos * (below + neg / 2)).sum(axis=1) / denominator, np.nan)
-
-
-def _interval(samples: np.ndarray, level: float) -> np.ndarray:
-    """(B, S) resampled statistics -> (S, 2) equal-tailed percentile intervals, NaN resamples left out."""
-    alpha = 1.0 - level
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: no interval
-        return np.nanpercentile(samples, [alpha / 2 * 100, (1 - alpha / 2) * 100], axis=0).T
-
-
-def _decodable_interval(acc_boot, accuracy, ci, level) -> tuple[int, int] | None:
-    n_states, alpha = len(accuracy), 1.0 - level
-    firsts = [decodable_from(profile, accuracy, ci) for profile in acc_boot]
-    values = np.array([n_states if s is None else s for s in firsts])  # None: past the last state
-    low = int(np.percentile(values, alpha / 2 * 100, method="lower"))
-    high = int(np.percentile(values, (1 - alpha / 2) * 100, method="higher"))
-    return None if high >= n_states else (low, high)
