@@ -83,3 +83,13 @@ def test_each_contract_fails_on_a_tree_that_breaks_it(tmp_path, extra, expected)
     code, broken = lint(tree, tree / "pyproject.toml")
     assert broken == expected
     assert (code != 0) == bool(expected)
+
+
+def test_the_independence_contract_names_every_study_package_on_disk():
+    """A study dropped from the contract's list could import another unchecked: the list is the study packages
+    under src/layerscope/studies (every folder with an __init__.py but the shared one)."""
+    (contract,) = [c for c in CONTRACTS["contracts"] if c["type"] == "independence"]
+    studies = ROOT / "src" / "layerscope" / "studies"
+    on_disk = {f"layerscope.studies.{p.parent.name}" for p in studies.glob("*/__init__.py")
+               if p.parent.name != "shared"}
+    assert len(on_disk) >= 8 and set(contract["modules"]) == on_disk

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from browser import render
+from layerscope.data import load_pairs
 from layerscope.run.config_file import SUITE
 
 pytestmark = pytest.mark.integration
@@ -26,13 +27,14 @@ def test_layerscope_run_writes_every_study_and_a_page_chromium_renders(tmp_path)
     for name in SUITE:
         assert f"{name}: " in done.stdout  # each study's verdicts on the console
     pngs = sorted(p.relative_to(folder).as_posix() for p in folder.glob("*/*.png"))
-    assert pngs == ["ablation/ablation.png", "ablation/ablation_layer_error.png",
-                    "ablation/ablation_notebook_scheme.png", "ablation/ablation_notebook_scheme_layer_error.png",
-                    "anisotropy/anisotropy_profile.png", "anisotropy/eigenvalue_spectrum.png",
-                    "atlas/atlas_profiles.png", "atlas/cka_smollm2-135m.png", "atlas/massive_map_smollm2-135m.png",
-                    "divergence/divergence.png", "phases/phases.png", "probe/probe_category_smollm2-135m.png",
-                    "probe/probe_side_smollm2-135m.png", "scaling/scaling.png",
-                    "surgery/surgery_layers_smollm2-135m.png", "surgery/surgery_pruning_smollm2-135m.png"]
+    per_category = [f"probe/probe_side-{c.name.replace('_', '-')}_smollm2-135m.png" for c in load_pairs().categories]
+    assert pngs == sorted(["ablation/ablation.png", "ablation/ablation_layer_error.png",
+                           "ablation/ablation_notebook_scheme.png", "ablation/ablation_notebook_scheme_layer_error.png",
+                           "anisotropy/anisotropy_profile.png", "anisotropy/eigenvalue_spectrum.png",
+                           "atlas/atlas_profiles.png", "atlas/cka_smollm2-135m.png",
+                           "atlas/massive_map_smollm2-135m.png", "divergence/divergence.png", "phases/phases.png",
+                           *per_category, "probe/probe_side_smollm2-135m.png", "scaling/scaling.png",
+                           "surgery/surgery_layers_smollm2-135m.png", "surgery/surgery_pruning_smollm2-135m.png"])
     check = render(folder / "index.html")
     assert len(check["images"]) == len(pngs) and all(check["images"])  # every figure embedded and decoded
     assert check["sections"][0] == "Summary of verdicts" and check["sections"][-1] == "Manifest"

@@ -1,8 +1,8 @@
-"""`layerscope run probe` on a tiny random model: the tidy table, the mass-mean probe's accuracy and the in-sample
-steering effect recomputed by hand (a plain transformers loop with an ordinary forward hook), for the pair side and
-for a labels file with two classes in uneven groups; the same table with and without prefix reuse; -alpha flipping
-the sign on a planted contrast; held-out groups holding both classes; the figures, report and verdict rows, and bad
-input refused in one line."""
+"""`layerscope run probe` on a tiny random model: the tidy table; the held-out removal and steering numbers
+recomputed by hand (a plain transformers loop with an ordinary forward hook, the direction fitted on the training
+pairs only, position 0 left alone, the push scaled by the training texts' mean token norm); the same table with and
+without prefix reuse; the figures, report and verdict rows; plain text in the terminal; bad input refused in one
+line."""
 
 import csv
 import json
@@ -17,15 +17,15 @@ from typer.testing import CliRunner
 import tiny
 from conftest import error_line
 from layerscope.cli import app
-from layerscope.models import decoder_layers
-from layerscope.studies.probe.steering import SteerOptions, split_groups, steer_states
+from layerscope.data import load_pairs
+from layerscope.studies.probe.causal_design import split_contrast
+from layerscope.studies.probe.labels import pair_tasks
 
 runner = CliRunner()
 N_LAYERS = 3
 N_PAIRS = 12  # per category, 2 categories
-FAST = ["--n-bootstrap", "200", "--n-permutations", "20", "--n-random", "20", "--folds", "3", "--steer-every", "1"]
-SHORT = ["--n-bootstrap", "200", "--n-permutations", "20", "--n-random", "20", "--folds", "3"]
-COLUMNS = ["model", "state", "label_set", "method", "metric", "value", "ci_lo", "ci_hi", "p", "q", "n"]
+FAST = ["--folds", "3", "--n-bootstrap", "200", "--n-permutations", "20", "--control-seeds", "2", "--n-random", "3"]
+CAUSAL = ["--steer-every", "1", "--alpha", "0.1,0.5", "--test-alpha", "0.5"]
 
 
 @pytest.fixture(scope="module")
@@ -45,121 +45,195 @@ def run(root, *args):
 
 @pytest.fixture(scope="module")
 def finished(inputs):
-    """In-sample steering (--steer-holdout 0), so the hand computation below fits and measures on every pair."""
     root, model, pairs = inputs
     out = root / "out"
-    result = run(root, "--model", model, "--dataset", pairs, "--label-sets", "side,category", "--steer-holdout", "0",
-                 "--steer-pairs", "1000", "--alpha", "1.0,2.0", *FAST, "--out", out)
+    result = run(root, "--model", model, "--dataset", pairs, "--label-sets", "side,category", *FAST, *CAUSAL,
+                 "--out", out)
     assert result.exit_code == 0, result.output
-    return out, pd.read_csv(out / "table.csv"), json.loads((out / "result.json").read_text())
+    return out, pd.read_csv(out / "table.csv"), json.loads((out / "result.json").read_text()), result.output
 
 
-def hand_states(folder, texts) -> tuple[np.ndarray, list]:
-    """(n, L + 1, d) mean over each text's tokens of every hidden state (the tiny tokenizer adds no BOS), the last
-    one the last block's output before the final norm (a hook), one text at a time; and the model."""
-    model = AutoModelForCausalLM.from_pretrained(folder).eval()
-    tok = AutoTokenizer.from_pretrained(folder)
-    last = model.model.layers[-1]
-    out, seen = [], {}
-    handle = last.register_forward_hook(lambda m, a, o: seen.__setitem__("x", o[0] if isinstance(o, tuple) else o))
-    with torch.no_grad():
-        for text in texts:
-            ids = tok(text, return_tensors="pt")["input_ids"]
-            hidden = model(input_ids=ids, output_hidden_states=True).hidden_states
-            states = [h[0].double().mean(0) for h in hidden[:-1]] + [seen["x"][0].double().mean(0)]
-            out.append(torch.stack(states).numpy())
-    handle.remove()
-    return np.array(out), (model, tok)
-
-
-def hand_nll(model, tok, text, state, vector) -> float:
-    """Mean next-token NLL of ``text`` with ``vector`` added at every position of hidden state ``state``: an
-    ordinary forward hook on the embeddings (state 0) or on block state - 1, the loss from the logits here."""
-    target = model.model.embed_tokens if state == 0 else model.model.layers[state - 1]
-    add = torch.tensor(vector, dtype=torch.float32)
-
-    def hook(module, args, output):
-        if isinstance(output, tuple):
-            return (output[0] + add, *output[1:])
-        return output + add
-
-    handle = target.register_forward_hook(hook)
-    try:
-        with torch.no_grad():
-            ids = tok(text, return_tensors="pt")["input_ids"]
-            logits = model(input_ids=ids).logits[0, :-1].double()
-            return float(torch.nn.functional.cross_entropy(logits, ids[0, 1:]).item())
-    finally:
-        handle.remove()
-
-
-def test_table_is_tidy_with_every_state_label_set_method_and_metric(finished):
-    _, table, result = finished
-    assert set(COLUMNS) <= set(table.columns)
-    assert set(table["method"]) == {"logreg", "mass_mean", "control", "steer", "random_band"}
-    assert set(table["metric"]) == {"accuracy", "auroc", "selectivity", "effect"}
-    assert set(table["label_set"]) == {"side", "category"}
-    for (label_set, method, metric), rows in table.groupby(["label_set", "method", "metric"]):
-        if method in ("steer",):
-            continue
-        assert sorted(rows["state"]) == list(range(N_LAYERS + 1)), (label_set, method, metric)
-    steer = table[table["method"] == "steer"]  # the category set has two classes here (cat0, cat1): steered too
-    assert set(steer["label_set"]) == {"side", "category"} and set(steer["alpha"]) == {1.0, 2.0, -1.0, -2.0}
-    assert set(steer["split"]) == {"in-sample"}
+def test_table_is_tidy_with_every_label_set_method_and_metric(finished):
+    _, table, result, _ = finished
+    assert {"model", "state", "label_set", "method", "metric", "value", "ci_lo", "ci_hi", "p", "q", "n",
+            "direction", "alpha", "at_state", "check"} <= set(table.columns)
+    assert set(table["label_set"]) == {"side:cat0", "side:cat1", "side", "category"}
+    assert {"logreg", "mass_mean", "surface", "remove", "remove_null", "interchange", "steer", "steer_null",
+            "skip", "direction"} <= set(table["method"])
+    assert {"accuracy", "auroc", "gain_over_surface", "effect", "sign_effect", "damage", "slope",
+            "wrong_way_share", "nie", "min_detectable", "probe_drop", "pos0_cosine", "consistency",
+            "norm_ratio", "transfer_accuracy"} <= set(table["metric"])
+    main = table[table["check"].isna()]
+    for (label_set, method), rows in main[main["metric"] == "accuracy"].groupby(["label_set", "method"]):
+        if method in ("logreg", "mass_mean"):
+            assert sorted(rows["state"]) == list(range(N_LAYERS + 1)), (label_set, method)
     (summary,) = result["summary"]["models"].values()
-    assert summary["label_sets"]["side"]["steering"]["in_sample"] is True
-    assert summary["label_sets"]["side"]["steering"]["classes"] == ["A", "B"]
-    assert summary["label_sets"]["category"]["steering"]["classes"] == ["cat0", "cat1"]
-    assert result["manifest"]["timings"]["steering_s"] > 0
+    assert summary["label_sets"]["side"]["kind"] == "mixture" and "causal" not in summary["label_sets"]["side"]
+    for name, n_test in (("side:cat0", 6), ("side:cat1", 6), ("category", 12)):  # half the pairs of each
+        c = summary["label_sets"][name]["causal"]
+        assert c["states"] == list(range(N_LAYERS + 1)) and c["n_test_units"] == n_test, name
+    steer = main[(main["method"] == "steer") & (main["metric"] == "effect")]
+    assert set(steer["alpha"]) == {0.1, 0.5, -0.1, -0.5} and set(steer["direction"]) == {"mass_mean", "logistic"}
+    transfer = table[table["metric"] == "transfer_accuracy"]
+    assert set(transfer["label_set"]) == {"side:cat0", "side:cat1"}
+    assert result["manifest"]["timings"]["causal_s"] > 0
 
 
-def test_in_sample_steering_effect_equals_a_hand_hooked_forward(inputs, finished):
-    root, model_dir, _ = inputs
-    _, table, _ = finished
-    texts = [t for cat in tiny.pairs(2, N_PAIRS).values() for pair in cat["pairs"] for t in pair]
-    X, (model, tok) = hand_states(model_dir, texts)
-    intact = np.array([hand_nll(model, tok, t, 0, np.zeros(X.shape[-1])) for t in texts])
-    for state in (0, 2, N_LAYERS):
-        v = (X[0::2, state] - X[1::2, state]).mean(axis=0)
-        for alpha in (1.0, -2.0):
-            steered = np.array([hand_nll(model, tok, t, state, alpha * v) for t in texts])
-            pref = lambda nll: nll[1::2] - nll[0::2]  # noqa: E731 - NLL(B) - NLL(A) per pair
-            expected = (pref(steered) - pref(intact)).mean()
-            row = table[(table["label_set"] == "side") & (table["method"] == "steer") & (table["state"] == state)
-                        & (table["alpha"] == alpha)]
-            np.testing.assert_allclose(row["value"].item(), expected, rtol=1e-3, atol=1e-6)
+def hand_model(folder):
+    return AutoModelForCausalLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
 
 
-def test_mass_mean_accuracy_at_the_embeddings_is_separable_and_significant(finished):
-    """Side A starts 'Without doubt', side B 'Maybe': the embeddings' mean differs in those tokens, so the
-    mass-mean probe separates every held-out text at state 0 (by hand: each text is nearer its class mean)."""
-    _, table, _ = finished
-    row = table[(table["label_set"] == "side") & (table["method"] == "mass_mean") & (table["metric"] == "accuracy")
-                & (table["state"] == 0)]
-    assert row["value"].item() == 1.0 and row["q"].item() < 0.05
+def module_at(model, state):
+    return model.model.embed_tokens if state == 0 else model.model.layers[state - 1]
+
+
+@torch.no_grad()
+def hand_pass(model, tok, text, state=None, edit=None, start=1):
+    """A plain forward of one text; ``edit(h)`` applied by an ordinary hook to positions >= 1 of hidden state
+    ``state``. Returns (summed NLL over targets at positions >= start, every state's (T, d) stream, state L before
+    the final norm from a hook on the last block)."""
+    seen = {}
+    last = model.model.layers[-1].register_forward_hook(
+        lambda m, a, o: seen.__setitem__("L", (o[0] if isinstance(o, tuple) else o)[0].double()))
+    handle = None
+    if edit is not None:
+        def hook(module, args, output):
+            h = output[0] if isinstance(output, tuple) else output
+            changed = h.clone()
+            changed[:, 1:] = edit(h[:, 1:].double()).to(h.dtype)
+            return (changed, *output[1:]) if isinstance(output, tuple) else changed
+        handle = module_at(model, state).register_forward_hook(hook)
+    try:
+        ids = tok(text, return_tensors="pt")["input_ids"]
+        out = model(input_ids=ids, output_hidden_states=True)
+        logits = out.logits[0, :-1].double()
+        nll = torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="none")
+        states = [h[0].double() for h in out.hidden_states[:-1]] + [seen["L"]]
+        return float(nll[start - 1:].sum()), states
+    finally:
+        last.remove()
+        if handle is not None:
+            handle.remove()
+
+
+def shared_start(tok, a, b):
+    x, y = tok(a)["input_ids"], tok(b)["input_ids"]
+    k = 0
+    while k < min(len(x), len(y)) and x[k] == y[k]:
+        k += 1
+    return max(1, k)
+
+
+def test_held_out_removal_and_steering_equal_a_hand_hooked_forward(inputs, finished):
+    """side:cat0 at states 0 and 2: u from the training pairs' pooled states (every token but position 0) only;
+    removal h - (h.u)u and the push 0.5 * r_s * u at every position but 0; pref and damage from summed NLLs over
+    the tokens after the pair's shared start, on the held-out pairs."""
+    _, model_dir, pairs_path = inputs
+    _, table, _, _ = finished
+    task = next(t for t in pair_tasks(load_pairs(pairs_path), ("side",), 3)[0] if t.name == "side:cat0")
+    split = split_contrast(task, 0.5, 0, seed=42)  # the config's default seed
+    model, tok = hand_model(model_dir)
+    texts = task.texts
+    base = [hand_pass(model, tok, t) for t in texts]
+    pooled = np.stack([np.stack([h[1:].mean(0).numpy() for h in states]) for _, states in base])  # (n, S, d)
+    starts = [shared_start(tok, texts[i], texts[i ^ 1]) for i in range(len(texts))]
+    test_pairs = sorted({int(r) // 2 for r in split.test})
+    train_a = [r for r in split.train if r % 2 == 0]
+    assert not set(split.train) & set(split.test)
+    for state in (0, 2):
+        v = (pooled[train_a, state] - pooled[[r + 1 for r in train_a], state]).mean(axis=0)
+        u = torch.tensor(v / np.linalg.norm(v))
+        norms = [states[state][1:].norm(dim=1) for _, states in (base[r] for r in split.train)]
+        r_s = float(torch.cat(norms).mean())
+        edits = {"remove": lambda h, u=u: h - (h @ u)[..., None] * u,
+                 "push": lambda h, u=u, r_s=r_s: h + 0.5 * r_s * u}
+        for name, edit in edits.items():
+            intact = {i: hand_pass(model, tok, texts[i], start=starts[i])[0] for p in test_pairs for i in (2 * p,
+                                                                                                       2 * p + 1)}
+            edited = {i: hand_pass(model, tok, texts[i], state, edit, start=starts[i])[0] for i in intact}
+            pref = [(edited[2 * p + 1] - edited[2 * p]) - (intact[2 * p + 1] - intact[2 * p]) for p in test_pairs]
+            damage = [((edited[2 * p] - intact[2 * p]) + (edited[2 * p + 1] - intact[2 * p + 1])) / 2
+                      for p in test_pairs]
+            rows = table[(table["label_set"] == "side:cat0") & (table["state"] == state) & table["check"].isna()]
+            if name == "remove":
+                effect = rows[(rows["method"] == "remove") & (rows["metric"] == "effect")]["value"].item()
+                dmg = rows[(rows["method"] == "remove") & (rows["metric"] == "damage")]["value"].item()
+                np.testing.assert_allclose(dmg, np.mean(damage), rtol=1e-4, atol=1e-6)
+            else:
+                effect = rows[(rows["method"] == "steer") & (rows["metric"] == "effect")
+                              & (rows["direction"] == "mass_mean") & (rows["alpha"] == 0.5)]["value"].item()
+            np.testing.assert_allclose(effect, np.mean(pref), rtol=1e-4, atol=1e-6, err_msg=f"{name} {state}")
 
 
 def test_figures_report_and_verdict_rows(finished):
-    out, _, _ = finished
+    out, _, _, output = finished
     figures = sorted(p.name for p in out.glob("probe_*.png"))
-    assert len(figures) == 2 and figures[0].startswith("probe_category_") and figures[1].startswith("probe_side_")
+    assert len(figures) == 4
     report = (out / "report.md").read_text()
-    assert "## Conventions" in report and "Hewitt & Liang" in report and "in-sample" in report
+    assert "## Conventions" in report and "Hewitt & Liang" in report and "decodable vs used" in report
     page = (out / "index.html").read_text()
-    assert "side: linearly decodable" in page and "side: steering moves the preference" in page
+    for words in ("side:cat0: decodable beyond the best shallow reader", "side:cat0: ", "removal", "steer"):
+        assert words in page
+    findings = report.split("## Conventions")[0]
+    assert "not used" not in findings and "used nowhere" not in findings
+
+
+LABEL_ROWS = [(t, "calm" if i % 2 else "busy", f"g{i // 2}") for i, t in enumerate(tiny.CORPUS + tiny.TEXTS)]
+
+
+@pytest.fixture(scope="module")
+def labelled(inputs):
+    """A labels file named with underscores (markup_labels.csv) beside the pairs' side, run with prefix reuse and
+    with --no-prefix-reuse, causal tests at states 0, 2 and 3."""
+    root, model, pairs = inputs
+    labels = root / "markup_labels.csv"
+    with labels.open("w", newline="") as f:
+        csv.writer(f).writerows([("text", "label", "group"), *LABEL_ROWS])
+    args = ["--model", model, "--dataset", pairs, "--label-sets", "side", "--labels", labels, *FAST,
+            "--steer-every", "2", "--alpha", "0.5", "--test-alpha", "0.5"]
+    outs = {}
+    for name, extra in (("on", []), ("off", ["--no-prefix-reuse"])):
+        out = root / f"labels-{name}"
+        result = run(root, *args, *extra, "--out", out)
+        assert result.exit_code == 0, result.output
+        outs[name] = pd.read_csv(out / "table.csv"), json.loads((out / "result.json").read_text()), result.output
+    return outs
+
+
+def test_prefix_reuse_on_and_off_give_the_same_table(labelled):
+    (on, result_on, _), (off, result_off, _) = labelled["on"], labelled["off"]
+    assert result_on["config"]["prefix_reuse"] is True and result_off["config"]["prefix_reuse"] is False
+    assert list(on.columns) == list(off.columns) and len(on) == len(off)
+    text = [c for c in on.columns if not pd.api.types.is_numeric_dtype(on[c])]
+    pd.testing.assert_frame_equal(on[text].fillna(""), off[text].fillna(""))
+    numbers = [c for c in on.columns if c not in text]
+    np.testing.assert_allclose(on[numbers].to_numpy(float), off[numbers].to_numpy(float), rtol=1e-5, atol=1e-9)
+    assert set(on[on["method"] == "remove"]["label_set"]) >= {"markup_labels", "side:cat0"}
+    assert sorted(set(on[on["method"] == "remove"]["state"])) == [0, 2, N_LAYERS]
+    blocks = [r["manifest"]["timings"]["causal_blocks_run"] for r in (result_on, result_off)]
+    assert blocks[0] < blocks[1]  # the switch reaches the engine: whole passes run more blocks
+
+
+def test_the_terminal_prints_text_not_markdown(labelled):
+    _, _, output = labelled["on"]
+    assert "markup_labels: decodable" in output and "markup\\_labels" not in output
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--alpha", "-1"], "--alpha '-1' must be positive numbers"),
+    (["--alpha", "-1"], "--alpha '-1' must be positive finite numbers"),
+    (["--alpha", "0,0.5"], "--alpha '0,0.5' must be positive finite numbers"),
+    (["--alpha", "0.5,inf"], "--alpha '0.5,inf' must be positive finite numbers"),
+    (["--alpha", "0.1,0.5", "--test-alpha", "0.2"], "--test-alpha 0.2 is not one of --alpha 0.1,0.5"),
     (["--steer-holdout", "1.5"], "--steer-holdout 1.5 must lie in [0, 1)"),
     (["--label-sets", "nope"], "unknown label set 'nope'"),
-    (["--n-random", "5"], "the random band needs at least 20 directions"),
+    (["--n-random", "1"], "the null's mean effect needs two directions or more"),
+    (["--pooling", "max"], "unknown pooling 'max'"),
 ])
 def test_bad_settings_are_one_error_line(inputs, args, words):
     root, model, pairs = inputs
     result = run(root, "--model", model, "--dataset", pairs, *args, "--out", root / "bad")
     assert words in error_line(result)
-    assert not (root / "bad").exists()
+    assert result.exit_code != 0 and not (root / "bad").exists()
 
 
 def test_a_labels_file_with_one_class_is_refused_before_any_model_loads(inputs):
@@ -172,159 +246,19 @@ def test_a_labels_file_with_one_class_is_refused_before_any_model_loads(inputs):
     assert not (root / "bad2").exists()
 
 
-def test_the_steering_p_is_a_prediction_t_test_by_the_closed_form_of_t_with_two_degrees_of_freedom():
-    from layerscope.studies.probe.steering import prediction_p
-
-    # null -1, 0, 1: mean 0, sd 1, n 3; effect 2: t = 2 / sqrt(4 / 3) = sqrt(3); with 2 degrees of freedom the
-    # two-sided p is 1 - t / sqrt(2 + t^2) (the t distribution's closed form for df = 2)
-    t = np.sqrt(3)
-    assert prediction_p(2.0, np.array([-1.0, 0.0, 1.0])) == pytest.approx(1 - t / np.sqrt(2 + t**2), rel=1e-12)
-
-
-def test_a_label_set_with_too_few_groups_for_the_folds_is_skipped_with_a_warning(inputs):
-    """3 categories x 4 pairs: the category task has 4 groups per class, fewer than 5 folds; the side task has 12
-    pairs. The run finishes, probes the side, and names the category set it could not probe."""
+def test_a_category_with_too_few_pairs_is_skipped_with_a_warning_naming_it(inputs):
+    """cat0 has 12 pairs, cat1 one: side:cat1 cannot be probed with 3 folds; the run finishes and says so."""
     root, model, _ = inputs
+    data = tiny.pairs(2, N_PAIRS)
+    data["cat1"]["pairs"] = data["cat1"]["pairs"][:2]
     small = root / "small.json"
-    small.write_text(json.dumps(tiny.pairs(3, 4)))
+    small.write_text(json.dumps(data))
     out = root / "skipped"
-    result = run(root, "--model", model, "--dataset", small, "--no-steer", "--n-bootstrap", "200",
-                 "--n-permutations", "20", "--out", out)
+    result = run(root, "--model", model, "--dataset", small, "--label-sets", "side", "--no-steer", *FAST,
+                 "--out", out)
     assert result.exit_code == 0, result.output
     data = json.loads((out / "result.json").read_text())
     (summary,) = data["summary"]["models"].values()
-    assert list(summary["label_sets"]) == ["side"]
+    assert set(summary["label_sets"]) == {"side:cat0", "side"}
     (warning,) = data["summary"]["warnings"]
-    assert "label set category was not probed" in warning and "fewer than folds=5" in warning
-
-
-C, T = tiny.CORPUS, tiny.TEXTS
-LABEL_ROWS = [  # two classes in groups of one to three texts, the groups' rows interleaved in the file
-    (C[0], "calm", "g1"), (C[1], "busy", "g5"), (C[2], "calm", "g1"), (C[4], "calm", "g2"), (C[3], "busy", "g5"),
-    (C[5], "calm", "g3"), (C[6], "busy", "g6"), (T[0], "calm", "g3"), (C[7], "busy", "g6"), (T[9], "calm", "g3"),
-    (C[8], "busy", "g7"), (T[1], "calm", "g4"), (T[3], "busy", "g8"), (T[7], "calm", "g4"),
-]
-
-
-@pytest.fixture(scope="module")
-def labelled(inputs):
-    """A labels file (mood.csv: busy and calm in 8 groups of uneven size) beside six pairs, steered in-sample at
-    states 0, 2 and 3; run twice, with prefix reuse (the default) and with --no-prefix-reuse."""
-    root, model, _ = inputs
-    pairs = root / "six.json"
-    pairs.write_text(json.dumps(tiny.pairs(1, 6)))
-    labels = root / "mood.csv"
-    with labels.open("w", newline="") as f:
-        csv.writer(f).writerows([("text", "label", "group"), *LABEL_ROWS])
-    args = ["--model", model, "--dataset", pairs, "--label-sets", "side", "--labels", labels, "--steer-holdout", "0",
-            "--steer-pairs", "1000", "--steer-every", "2", *SHORT]
-    outs = {}
-    for name, extra in (("on", []), ("off", ["--no-prefix-reuse"])):
-        out = root / f"labels-{name}"
-        result = run(root, *args, *extra, "--out", out)
-        assert result.exit_code == 0, result.output
-        outs[name] = pd.read_csv(out / "table.csv"), json.loads((out / "result.json").read_text())
-    return outs
-
-
-def test_prefix_reuse_on_and_off_give_the_same_table(labelled):
-    (on, result_on), (off, result_off) = labelled["on"], labelled["off"]
-    assert result_on["config"]["prefix_reuse"] is True and result_off["config"]["prefix_reuse"] is False
-    assert list(on.columns) == list(off.columns) and len(on) == len(off)
-    text = [c for c in on.columns if not pd.api.types.is_numeric_dtype(on[c])]
-    pd.testing.assert_frame_equal(on[text].fillna(""), off[text].fillna(""))
-    numbers = [c for c in on.columns if c not in text]
-    np.testing.assert_allclose(on[numbers].to_numpy(float), off[numbers].to_numpy(float), rtol=1e-6, atol=1e-12)
-    steer = on[on["method"] == "steer"]
-    assert set(steer["label_set"]) == {"side", "mood"} and sorted(set(steer["state"])) == [0, 2, N_LAYERS]
-    for result in (result_on, result_off):
-        assert result["manifest"]["timings"]["steering_s"] > 0
-    blocks = {name: next(iter(r["summary"]["models"].values()))["label_sets"]["mood"]["steering"]["blocks_run"]
-              for name, r in (("on", result_on), ("off", result_off))}
-    assert blocks["on"] < blocks["off"]  # the switch reaches the engine: whole passes run more blocks
-
-
-def test_steering_a_two_class_labels_file_equals_a_hand_computation(inputs, labelled):
-    """v_s = the mean of the class-A rows' states (busy: the first sorted class) minus that of the class-B rows'
-    (calm), over rows, not groups; effect = mean NLL of the calm texts - that of the busy texts, steered, less the
-    same intact."""
-    _, model_dir, _ = inputs
-    table, result = labelled["on"]
-    texts = [t for t, _, _ in LABEL_ROWS]
-    is_a = np.array([label == "busy" for _, label, _ in LABEL_ROWS])
-    X, (model, tok) = hand_states(model_dir, texts)
-    intact = np.array([hand_nll(model, tok, t, 0, np.zeros(X.shape[-1])) for t in texts])
-
-    def preference(nll):  # mean NLL over class B (calm) - mean NLL over class A (busy)
-        return nll[~is_a].mean() - nll[is_a].mean()
-
-    for state in (0, 2, N_LAYERS):
-        v = X[is_a, state].mean(axis=0) - X[~is_a, state].mean(axis=0)
-        for alpha in (1.0, -1.0):
-            steered = np.array([hand_nll(model, tok, t, state, alpha * v) for t in texts])
-            row = table[(table["label_set"] == "mood") & (table["method"] == "steer") & (table["state"] == state)
-                        & (table["alpha"] == alpha)]
-            np.testing.assert_allclose(row["value"].item(), preference(steered) - preference(intact), rtol=1e-3,
-                                       atol=1e-6)
-            assert row["n"].item() == 8 and row["split"].item() == "in-sample"  # n: the groups steered
-    (summary,) = result["summary"]["models"].values()
-    steering = summary["label_sets"]["mood"]["steering"]
-    assert steering["classes"] == ["busy", "calm"] and steering["n_test_pairs"] == 8
-
-
-def planted_lm():
-    """A tiny Llama whose blocks write nothing into the residual stream (attention and MLP output projections zero)
-    and whose unembedding is its embedding: every hidden state is the token's embedding and the logits read it, so
-    pushing a state towards the mean embedding of one set of words makes those words likelier."""
-    lm = tiny.tiny_lm("llama", n_layers=N_LAYERS)
-    with torch.no_grad():
-        for block in decoder_layers(lm.model):
-            block.self_attn.o_proj.weight.zero_()
-            block.mlp.down_proj.weight.zero_()
-        lm.model.lm_head.weight.copy_(lm.model.model.embed_tokens.weight)
-    return lm
-
-
-def test_minus_alpha_flips_the_sign_on_a_planted_direction():
-    """Class A texts are drawn from one set of words, class B from another; through steer_states (in-sample, pairs of
-    one A and one B text plus single-text groups), +alpha along A - B must lower A's NLL relative to B's (effect
-    > 0) and -alpha raise it (effect < 0), at every state steered; one effect is recomputed with a hook."""
-    lm = planted_lm()
-    rng = np.random.default_rng(0)
-    words = {"A": ["river", "boats", "mill", "morning", "orchard", "breeze"],
-             "B": ["prices", "percent", "quarter", "analysts", "committee", "application"]}
-    labels = np.array(["A", "B"] * 6 + ["A", "B", "B"])
-    groups = np.array([f"pair{i // 2}" for i in range(12)] + ["x", "y", "z"])
-    texts = [" ".join(rng.choice(words[c], size=8)) for c in labels]
-    ids = [lm.tokenizer(t, return_tensors="pt")["input_ids"][0] for t in texts]
-    with torch.no_grad():  # by hand: each state of a text is its tokens' embeddings; pooled, their mean
-        pooled = np.stack([lm.model.model.embed_tokens(x).double().mean(0).numpy() for x in ids])
-    X = np.repeat(pooled[:, None], N_LAYERS + 1, axis=1)
-    alpha = 2.0
-    out = steer_states(lm, X, texts, labels, groups, SteerOptions((alpha,), 20, 0.0, 1000, 200, 0.95, 0, every=2))
-    assert out["states"] == [0, 2, N_LAYERS] and out["classes"] == ("A", "B")
-    for s in out["states"]:
-        assert np.sign(out["effect"][s, 0]) == 1 and np.sign(out["effect_neg"][s, 0]) == -1, s
-        assert out["ci_lo"][s, 0] > 0 and out["p"][s] < 0.05, s  # over the 9 groups' resamples; beyond random
-    v = pooled[labels == "A"].mean(axis=0) - pooled[labels == "B"].mean(axis=0)
-    nll = {a: np.array([hand_nll(lm.model, lm.tokenizer, t, 2, a * v) for t in texts]) for a in (0.0, alpha)}
-    pref = {a: x[labels == "B"].mean() - x[labels == "A"].mean() for a, x in nll.items()}
-    np.testing.assert_allclose(out["effect"][2, 0], pref[alpha] - pref[0.0], rtol=1e-4)
-
-
-def test_held_out_groups_hold_both_classes_in_proportion_and_pairs_keep_the_permutation():
-    single = np.array([[True, False]] * 10 + [[False, True]] * 2)  # ten groups of class A, two of class B
-    train, test = split_groups(single, 0.5, 8, seed=3)
-    assert len(test) == 6 and len(train) == 6 and set(train) | set(test) == set(range(12))
-    assert single[test].any(axis=0).all() and single[train].any(axis=0).all()
-    assert single[test, 0].sum() == 5  # 6 held out in proportion 10 : 2
-    train, test = split_groups(single, 0.1, 8, seed=3)  # 2 held out: one of each class, not two of A
-    assert single[test].any(axis=0).all()
-    pairs = np.ones((20, 2), dtype=bool)  # every group holds both classes: today's rule, the first groups of one
-    order = np.random.default_rng(7).permutation(20)  # seeded permutation
-    train, test = split_groups(pairs, 0.5, 8, seed=7)
-    np.testing.assert_array_equal(test, np.sort(order[:8]))
-    np.testing.assert_array_equal(train, np.sort(order[8:]))
-    every = split_groups(single, 0.0, 8, seed=3)
-    np.testing.assert_array_equal(every[0], np.arange(12))
-    np.testing.assert_array_equal(every[1], np.arange(12))
+    assert "side:cat1" in warning and "'cat1' has 2 pairs" in warning and "2 x folds = 6" in warning

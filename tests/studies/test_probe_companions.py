@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from layerscope.report.plotting import figure_slug
 from layerscope.run.pages import load_result
 from layerscope.studies.probe.figures import figures
 
@@ -39,12 +40,12 @@ def test_a_suite_probe_carries_divergence_ua_and_surgery_skip_cost(tiny_suite):
 def test_the_figure_has_the_companions_panel_only_when_the_run_had_them(tiny_suite):
     folder, _ = tiny_suite
     probe = load_result(folder / "probe")
-    with_panel = {k: f for k, f in figures(probe).items() if k.startswith("probe_side_")}
-    n_with = [len(f.axes) for f in with_panel.values()]
+    pooled = [f"probe_side_{figure_slug(model)}" for model in probe.summary["models"]]
+    n_with = [len(figures(probe)[k].axes) for k in pooled]
     for s in probe.summary["models"].values():
         s.pop("companions")
-    n_without = [len(f.axes) for k, f in figures(probe).items() if k.startswith("probe_side_")]
-    # probes, selectivity, steering; plus the companions panel and its second (skip cost) axis
-    assert len(with_panel) == len(probe.summary["models"])
-    assert n_without == [3] * len(with_panel) and n_with == [5] * len(with_panel)
+    n_without = [len(figures(probe)[k].axes) for k in pooled]
+    # the pooled side (a mixture, probed only): accuracy and gain; plus the companions panel and its second (skip
+    # cost) axis
+    assert n_without == [2] * len(pooled) and n_with == [4] * len(pooled)
     assert "companions" not in load_result(folder / "divergence").summary

@@ -15,7 +15,7 @@ from ..run.pages import load_result
 from ..study.config import StudyConfig
 from .plan import Task
 
-SIDE_COLUMNS = ("category", "rank", "phase", "layer_b", "model_b", "position_class")
+SIDE_COLUMNS = ("category", "rank", "phase", "layer_b", "model_b", "position_class", "check", "at_state")
 """Rows with a value here are broken down further than one number per layer (a layer pair's CKA, a position
 class); sweep figures leave them out."""
 

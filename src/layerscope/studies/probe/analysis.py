@@ -1,9 +1,10 @@
-"""One model's probe study: probes per state for every label set, steering for every two-class one (the pair
-side; a labels file, category or language set with two classes), and the two profiles side by side.
+"""One model's probe study: every label set decoded against a shallow reader, every contrast tested causally.
 
-    summary, rows = analyse_model(lm, info, tasks, states_of, options)
+    summary, rows = analyse_model("smollm2-135m", 30, lm, tasks, vectors_of, options)
 
-``states_of(task)`` gives the (n, L + 1, d) pooled vectors of a task's texts (state L before the final norm).
+``vectors_of(task, pooling)`` gives the (n, L + 1, d) pooled vectors of a task's texts (state L before the final
+norm). The per-category side contrasts share their causal passes (one pass edits every category's held-out texts
+with its own category's vectors); every other contrast has its own.
 """
 
 from __future__ import annotations
@@ -12,132 +13,87 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
-from ...measures.probes import ProbeProfile, probe_states
 from ...progress import note
-from ...study.finite import defined
-from .labels import LabelTask
-from .steering import SteerOptions, steer_states
+from .causal_run import CHECKS, CausalOptions, Contrast, run_causal
+from .causal_summary import causal_summary
+from .decoding import DecodeOptions, decode_task, row
+from .labels import LabelTask, token_ids
 
-METHODS = ("logreg", "mass_mean")
 LEVEL = 0.05
 """Significance level of every verdict, on BH q over states."""
 
 
 @dataclass(frozen=True)
 class ProbeOptions:
-    folds: int
-    n_bootstrap: int
-    n_permutations: int
-    seed: int
-    ci_level: float
-    steer: SteerOptions | None
+    decode: DecodeOptions
+    causal: CausalOptions | None
+    pooling: str = "mean_no_pos0"
 
 
-def row(model: str, n_layers: int, state: int, task: str, method: str, metric: str, value, ci=(None, None),
-        p=None, q=None, n=None, **extra) -> dict:
-    return {"model": model, "layer": state, "n_layers": n_layers, "depth": state / n_layers, "state": state,
-            "label_set": task, "method": method, "metric": metric, "value": value, "ci_lo": ci[0],
-            "ci_hi": ci[1], "p": p, "q": q, "n": n, **extra}
-
-
-def probe_rows(model: str, n_layers: int, task: str, prof: ProbeProfile) -> list[dict]:
+def with_model(model: str, n_layers: int, label_set: str, records: list[dict]) -> list[dict]:
+    """Table rows: the model's columns added (``layer`` = ``state``; a surface row has none)."""
     out = []
-    for s in range(len(prof.accuracy)):
-        common = {"n": prof.n}
-        out += [row(model, n_layers, s, task, prof.method, "accuracy", prof.accuracy[s], prof.accuracy_ci[s],
-                    prof.p[s], prof.q[s], **common),
-                row(model, n_layers, s, task, prof.method, "auroc", prof.auroc[s], prof.auroc_ci[s], **common),
-                row(model, n_layers, s, task, prof.method, "selectivity", prof.selectivity[s],
-                    prof.selectivity_ci[s], **common)]
-        if prof.method == "logreg":  # the control task is fitted with the logreg probe's folds and family
-            out.append(row(model, n_layers, s, task, "control", "accuracy", prof.control_accuracy[s],
-                           prof.control_ci[s], **common))
+    for r in records:
+        s = r.get("state")
+        out.append({"model": model, "layer": s, "n_layers": n_layers, "depth": None if s is None else s / n_layers,
+                    "label_set": r.get("label_set", label_set), **{k: v for k, v in r.items() if k != "label_set"}})
     return out
 
 
-def probe_summary(prof: ProbeProfile) -> dict:
-    best = int(np.nanargmax(prof.accuracy))
-    return {"method": prof.method, "classes": list(prof.classes), "chance": prof.chance, "n": prof.n,
-            "n_groups": prof.n_groups, "best_state": best, "best_accuracy": float(prof.accuracy[best]),
-            "best_ci": [float(x) for x in prof.accuracy_ci[best]], "best_q": float(prof.q[best]),
-            "best_selectivity": float(prof.selectivity[best]),
-            "best_selectivity_ci": [float(x) for x in prof.selectivity_ci[best]],
-            "decodable_from": prof.decodable_from,
-            "decodable_ci": list(prof.decodable_ci) if prof.decodable_ci is not None else None,
-            "significant_states": [int(s) for s in np.flatnonzero(prof.q < LEVEL)]}
-
-
-def steer_rows(model: str, n_layers: int, task: str, out: dict) -> list[dict]:
-    rows = []
-    split = "in-sample" if out["in_sample"] else "held-out"
-    for s in out["states"]:
-        for j, alpha in enumerate(out["alphas"]):
-            first = j == 0
-            rows.append(row(model, n_layers, s, task, "steer", "effect", out["effect"][s, j],
-                            (out["ci_lo"][s, j], out["ci_hi"][s, j]), out["p"][s] if first else None,
-                            out["q"][s] if first else None, out["n_test"], alpha=alpha, split=split,
-                            p_rank=out["p_rank"][s] if first else None))
-            rows.append(row(model, n_layers, s, task, "steer", "effect", out["effect_neg"][s, j],
-                            n=out["n_test"], alpha=-alpha, split=split))
-        rows.append(row(model, n_layers, s, task, "random_band", "effect", (out["band_lo"][s] + out["band_hi"][s]) / 2,
-                        (out["band_lo"][s], out["band_hi"][s]), n=out["n_test"], alpha=out["alphas"][0],
-                        split=split))
-    return rows
-
-
-def steer_summary(out: dict, accuracy: np.ndarray) -> dict:
-    chosen = out["states"]
-    effect, q = out["effect"][:, 0], out["q"]
-    flips = np.sign(out["effect_neg"][:, 0]) == -np.sign(effect)
-    used = [int(s) for s in chosen if q[s] < LEVEL and flips[s]]
-    best = int(chosen[int(np.argmax(np.abs(effect[chosen])))])
-    acc, eff = accuracy[chosen], effect[chosen]
-    constant = np.ptp(acc) == 0 or np.ptp(eff) == 0  # rank correlation undefined: not assessable
-    rho = stats.spearmanr(acc, eff) if not constant else None
-    return {"alphas": list(out["alphas"]), "classes": list(out["classes"]), "states": [int(s) for s in chosen],
-            "n_test_pairs": out["n_test"], "n_train_pairs": out["n_train"],  # pairs or, for other labels, groups
-            "in_sample": bool(out["in_sample"]), "used_states": used,
-            "best_state": best, "best_effect": float(effect[best]),
-            "best_ci": [float(out["ci_lo"][best, 0]), float(out["ci_hi"][best, 0])], "best_q": float(q[best]),
-            "best_flips_sign": bool(flips[best]),
-            "rho_probe_steer": None if rho is None else defined(float(rho.statistic)),
-            "rho_p": None if rho is None else defined(float(rho.pvalue)),
-            "blocks_run": out["blocks_run"]}  # decoder blocks the steering passes ran (fewer with prefix reuse)
-
-
 def analyse_model(model: str, n_layers: int, lm, tasks: list[LabelTask],
-                  states_of: Callable[[LabelTask], np.ndarray], options: ProbeOptions) -> tuple[dict, list[dict]]:
-    """Every label set's probes (both methods) and, for a two-class one, steering; (summary, rows)."""
-    summary: dict = {"n_layers": n_layers, "label_sets": {}}
+                  vectors_of: Callable[[LabelTask, str], np.ndarray],
+                  options: ProbeOptions) -> tuple[dict, list[dict]]:
+    """Every label set's probes and, for a contrast, its direction's profile and the causal tests; (summary,
+    rows)."""
+    summary: dict = {"n_layers": n_layers, "pooling": options.pooling, "label_sets": {}}
     rows: list[dict] = []
+    contrasts: list[Contrast] = []
+    bos = lm.info.bos_token_id if lm.info.adds_bos else None
+    check_poolings = [p for p in {pooling for pooling, _ in CHECKS.values()} if p != options.pooling]
     for task in tasks:
-        X = states_of(task)
-        note(f"probe {model}: {task.name}: probes at {X.shape[1]} states ({', '.join(METHODS)})")
+        note(f"probe {model}: {task.name}: probes at {n_layers + 1} states")
+        X = vectors_of(task, options.pooling)
+        checks = {p: vectors_of(task, p) for p in sorted(check_poolings)}
         try:
-            profiles = {m: probe_states(X, task.labels, task.groups, method=m, folds=options.folds,
-                                        n_bootstrap=options.n_bootstrap, n_permutations=options.n_permutations,
-                                        seed=options.seed, ci_level=options.ci_level) for m in METHODS}
+            entry, records, profiles = decode_task(task, X, checks, token_ids(lm.tokenizer, task.texts), bos,
+                                                   options.decode)
         except ValueError as exc:  # too few groups of a class for the folds: this label set is not assessable
             summary.setdefault("skipped", {})[task.name] = str(exc)
             continue
-        entry: dict = {"source": task.source, "probes": {m: probe_summary(p) for m, p in profiles.items()}}
-        for prof in profiles.values():
-            rows += probe_rows(model, n_layers, task.name, prof)
-        if task.steerable and options.steer is not None and lm is not None:
-            out = steer_states(lm, X, list(task.texts), task.labels, task.groups, options.steer)
-            rows += steer_rows(model, n_layers, task.name, out)
-            entry["steering"] = steer_summary(out, profiles["logreg"].accuracy)
-            entry["contrast"] = contrast(profiles["logreg"], out)
+        if task.causal:
+            records += direction_records(task, X, vectors_of(task, "first"))
+            if options.causal is not None and lm is not None:
+                contrasts.append(Contrast(task, X, profiles["logreg"].chosen_c, checks))
         summary["label_sets"][task.name] = entry
+        rows += with_model(model, n_layers, task.name, records)
+    for group in contrast_groups(contrasts):
+        out = run_causal(lm, group, options.causal, model)
+        for con in group:
+            name = con.task.name
+            result = out[name]
+            summary["label_sets"][name]["causal"] = causal_summary(result, options.causal)
+            rows += with_model(model, n_layers, name, result["records"])
+            for check in result["checks"]:
+                rows += with_model(model, n_layers, name, check["records"])
     return summary, rows
 
 
-def contrast(prof: ProbeProfile, out: dict) -> dict:
-    """Among the steered states: where the property is decodable (probe q < level) but steering is null
-    (q >= level), and vice versa."""
-    decodable = {s for s in out["states"] if prof.q[s] < LEVEL}
-    used = {s for s in out["states"] if out["q"][s] < LEVEL}
-    return {"decodable_not_used": sorted(int(s) for s in decodable - used),
-            "used_not_decodable": sorted(int(s) for s in used - decodable)}
+def contrast_groups(contrasts: list[Contrast]) -> list[list[Contrast]]:
+    """The per-category side contrasts together (one set of passes), every other contrast alone."""
+    side = [c for c in contrasts if c.task.name.startswith("side:")]
+    return ([side] if side else []) + [[c] for c in contrasts if not c.task.name.startswith("side:")]
+
+
+def direction_records(task: LabelTask, X: np.ndarray, first: np.ndarray) -> list[dict]:
+    """Per state: the cosine of the contrast's mass-mean direction with the mean position-0 state, and (pairs)
+    the consistency of the pair differences."""
+    from .decoding import consistency, pos0_cosine
+
+    is_a = np.array([str(c) for c in task.labels.tolist()]) == task.classes[0]
+    out = [row(s, "direction", "pos0_cosine", float(v), direction="mass_mean", n=len(is_a))
+           for s, v in enumerate(pos0_cosine(X, first, is_a))]
+    if task.partners is not None:
+        out += [row(s, "direction", "consistency", float(v), direction="mass_mean", n=int(is_a.sum()))
+                for s, v in enumerate(consistency(X, task.partners, is_a))]
+    return out

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ...report.plotting import COLORS, zero_line
 from ...study.result import StudyResult
 
 COMPANIONS = ("divergence", "surgery")
@@ -69,3 +70,22 @@ def join(result: StudyResult, others: dict[str, StudyResult]) -> None:
                 found[key] = entry
         if found:
             s["companions"] = found
+
+
+def companions_panel(ax, companions: dict) -> None:
+    """Divergence's UA per state (left axis) and surgery's skip cost per block (right axis, at b + 0.5)."""
+    ua, skip = companions.get("divergence_ua"), companions.get("surgery_skip")
+    handles = []
+    if ua:
+        handles += ax.plot(ua["states"], [np.nan if v is None else v for v in ua["values"]], marker="s", ms=3,
+                           color=COLORS[4], label=ua["what"])
+        ax.set_ylabel("UA")
+        zero_line(ax)
+    if skip:
+        right = ax.twinx() if ua else ax
+        x = np.array(skip["blocks"]) + 0.5
+        value, lo, hi = (np.array([np.nan if v is None else v for v in skip[k]]) for k in ("values", "ci_lo", "ci_hi"))
+        handles.append(right.errorbar(x, value, yerr=[value - lo, hi - value], fmt="^", ms=3, color=COLORS[5],
+                                      label=f"{skip['what']} (block b at b + 0.5)"))
+        right.set_ylabel("skip cost (mean NLL change)")
+    ax.legend(handles=handles, fontsize=8)
