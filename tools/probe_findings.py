@@ -1,24 +1,32 @@
 """Write the probe study's findings on a model from one run folder into the pages that quote them.
 
     .venv/bin/python tools/probe_findings.py runs/probe-smollm2 [--model smollm2-135m] [--check]
+    .venv/bin/python tools/probe_findings.py docs/results/probe-smollm2 --check   # what tests/test_probe_findings runs
 
 Reads ``result.json`` of a ``layerscope run probe`` folder and rewrites the block between
 ``<!-- probe-findings:start -->`` and ``<!-- probe-findings:end -->`` in docs/studies/probe.md (a table per
 contrast and how the run was made) and between ``<!-- probe-headline:start -->`` and ``<!-- probe-headline:end -->``
 in README.md (one line). Every number on those pages comes from that one folder; nothing is typed by hand.
+The pooled side's figure and that of the contrast needed at the most states are copied into docs/figures, and the
+run's result.json into docs/results/probe-smollm2/ with made.json (the commit and the day of the run).
 ``--check`` exits 1 when a page is not what the folder gives (for a test), writing nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = {"docs/studies/probe.md": "probe-findings", "README.md": "probe-headline"}
+KEPT = ROOT / "docs" / "results" / "probe-smollm2"
+"""Where the run's result.json is kept (with made.json: its commit and day), so tests check the pages against it."""
 
 
 def num(x, digits: int = 3, sign: bool = False) -> str:
@@ -47,12 +55,24 @@ def mde(c: dict, test: str) -> str:
     return "-" if lo is None else f"{lo:.2f}-{hi:.2f}"
 
 
-def findings(result: dict, model: str, folder: str) -> str:
+def shown(result: dict, model: str) -> list[str]:
+    """The label sets whose figures the page shows: the contrast needed at the most states, and the pooled side."""
+    sets = result["summary"]["models"][model]["label_sets"]
+    contrasts = [n for n, e in sets.items() if "causal" in e]
+    best = max(contrasts, key=lambda n: (len(sets[n]["causal"]["needed_states"]), n)) if contrasts else None
+    return [n for n in (best, "side") if n in sets]
+
+
+def slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name).strip("-")
+
+
+def findings(result: dict, model: str, folder: str, made: str) -> str:
     s = result["summary"]["models"][model]
     m = result["manifest"]
     sets = s["label_sets"]
     first = next((e["causal"] for e in sets.values() if "causal" in e), None)
-    lines = [f"From one run: `layerscope run probe --out {folder}` (layerscope {m['versions']['layerscope']}, "
+    lines = [f"From one run: `layerscope run probe --out {folder}` ({made}; layerscope {m['versions']['layerscope']}, "
              f"torch {m['versions']['torch']}, seed {m['seed']}; the bundled pairs, {m['dataset']['n_pairs']} pairs "
              f"in {m['dataset']['n_categories']} categories, dataset sha256 {m['dataset']['hash'][:12]}...; "
              f"analysis {m['timings']['analysis_s'] / 60:.1f} min on a 2-core CPU with the pairs cached, the causal "
@@ -88,6 +108,9 @@ def findings(result: dict, model: str, folder: str) -> str:
                   f"accuracy {num(p['best_accuracy'])} [{num(p['best_ci'][0])}, {num(p['best_ci'][1])}] at state "
                   f"{p['best_state']}, against {num(mixture['surface']['accuracy'])} for the bag of tokens and "
                   f"{num(mixture['surface']['state0_accuracy'])} for the state-0 probe."]
+    for name in shown(result, model):
+        figure = f"../figures/probe_{slug(name)}_{slug(model)}.png"
+        lines += ["", f"![The probe study's figure for {name} on {model}]({figure})"]
     return "\n".join(lines)
 
 
@@ -117,8 +140,23 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--check", action="store_true", help="exit 1 when a page differs; write nothing")
     args = parser.parse_args()
-    result = json.loads((args.run / "result.json").read_text(encoding="utf-8"))
-    bodies = {"probe-findings": findings(result, args.model, args.run.name),
+    raw = (args.run / "result.json").read_text(encoding="utf-8")
+    result = json.loads(raw)
+    if (args.run / "made.json").exists():  # a kept copy: how the run was made is recorded beside it
+        made = json.loads((args.run / "made.json").read_text(encoding="utf-8"))["made"]
+    else:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True).stdout.strip()
+        day = datetime.date.fromtimestamp((args.run / "result.json").stat().st_mtime).isoformat()
+        made = f"commit {commit}, {day}, this 2-core CPU"
+        if not args.check:
+            KEPT.mkdir(parents=True, exist_ok=True)
+            (KEPT / "result.json").write_text(raw, encoding="utf-8")
+            (KEPT / "made.json").write_text(json.dumps({"made": made, "folder": str(args.run)}) + "\n",
+                                            encoding="utf-8")
+    folder = json.loads((args.run / "made.json").read_text())["folder"] if (args.run / "made.json").exists() \
+        else str(args.run)
+    bodies = {"probe-findings": findings(result, args.model, folder, made),
               "probe-headline": headline(result, args.model)}
     stale = []
     for page, tag in PAGES.items():
@@ -129,6 +167,15 @@ def main() -> None:
             stale.append(page)
             if not args.check:
                 path.write_text(new, encoding="utf-8")
+    for name in shown(result, args.model):
+        figure = f"probe_{slug(name)}_{slug(args.model)}.png"
+        target = ROOT / "docs" / "figures" / figure
+        if not (args.run / figure).exists():  # a kept result.json without its figures: the pages only
+            continue
+        if not target.exists() or target.read_bytes() != (args.run / figure).read_bytes():
+            stale.append(f"docs/figures/{figure}")
+            if not args.check:
+                shutil.copyfile(args.run / figure, target)
     if args.check and stale:
         sys.exit(f"out of date with {args.run}: {', '.join(stale)}")
 

@@ -28,7 +28,8 @@ Known unrun kinds (```sh), each line of an sh block matching one of them (``UNRU
   make test itself, and make run is the full suite below;
 - the whole default suite, ``layerscope run`` with no study (13 min 42 s on 2 cores), and the full-size default
   runs of the slow studies (``layerscope run atlas``: 5.4 min; ``layerscope run surgery``: 2.2 min, or half an
-  hour with ``--max-texts 200``; surgery ``--no-prefix-reuse``; ``layerscope run probe``; ``--tuned-lens auto``,
+  hour with ``--max-texts 200``; surgery ``--no-prefix-reuse``; ``layerscope run probe``, also with
+  ``--label-sets side,category``; ``--tuned-lens auto``,
   ``--tuned auto`` and ``train-lens`` with its defaults, which train or read SmolLM2's default tuned lens): each
   page runs a bounded run of the same study;
 - commands that need a GPU: ``--device-map auto`` on 8B models, ``benchmarks/extract_gpu.py``,
@@ -73,7 +74,7 @@ BASH_TIMEOUT_S = 900
 UNRUN = [re.compile(p) for p in (
     r"^make (run|test|setup|docs|unit|integration|lint|bench)\b",
     r"^layerscope run\s*(#|$)",                      # the whole default suite (= make run)
-    r"^layerscope run (atlas|surgery|probe)\s*(#|$)",  # the slow studies' full-size default runs
+    r"^layerscope run (atlas|surgery|probe)(\s+--label-sets side,category)?\s*(#|$)",  # slow studies, full size
     r"^layerscope run surgery --no-prefix-reuse\b",
     r"^layerscope run (atlas )?--tuned-lens auto\s*(#|$)",  # trains SmolLM2's default lens when none is cached
     r"^layerscope train-lens --model smollm2-135m\s*(#|$)",  # the default training (minutes on a CPU)
