@@ -168,7 +168,8 @@ def editor(params: torch.Tensor, where: torch.Tensor) -> Callable[[torch.Tensor]
 def edited_at(blocks: nn.ModuleList, state: int, edit: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[None]:
     """Within the ``with``, passes replace hidden state ``state`` (B, T, d) by ``edit(state)``: block 0's hidden
     input for state 0 (a pre-hook), else block ``state`` - 1's output (its stand-in's too: hooks run on a
-    stand-in), as :func:`~.steering.added_at` adds. Hooks registered later on the same block see the edited state."""
+    stand-in; :func:`~.steering.added_at` is this edit with a constant shift). Hooks registered later on the same
+    block see the edited state."""
     def on_input(_module, args, kwargs):
         if args:
             return (edit(args[0]), *args[1:]), kwargs

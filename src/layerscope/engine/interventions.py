@@ -56,7 +56,7 @@ from .edits import (
 from .guards import text_label
 from .pooling import no_pos0_mask, pool
 from .scoring import Scorer
-from .steering import DEFAULT_KEPT_BYTES, blocks_computing
+from .steering import DEFAULT_KEPT_BYTES, blocks_computing, check_state
 from .surgery import Intervention, intervened
 
 __all__ = ["Edit", "Interventions", "add", "oblique", "project_out", "set_component", "token_norms"]
@@ -120,12 +120,12 @@ class Interventions:
         for, within ``batch_size`` rows and the memory budget; a number: that many, whatever the memory).
         ``prefix_reuse=False``: every pass whole, the same numbers (for checking). ``ValueError`` before any
         pass for a state out of 0..L, a capture state out of ``state``..L, an edit not (n, d) or not finite."""
-        state = self._check_state(state)
+        state = check_state(state, self.n_layers)
         edits = [edits] if isinstance(edits, Edit) else list(edits)
         n, d = len(self.texts), self.hidden_size
         for j, edit in enumerate(edits):
             check_edit(edit, n, d, j)
-        capture = [self._check_state(s, "capture state") for s in capture]
+        capture = [check_state(s, self.n_layers, "capture state") for s in capture]
         if any(s < state for s in capture):
             raise ValueError(f"capture states {capture} include some below the edited state {state}: an edit "
                              f"changes only the states from {state} on; capture states in {state}..{self.n_layers}")
@@ -192,16 +192,6 @@ class Interventions:
         batch and the padded tokens per batch (the kept stream, repeated, on the device)."""
         budget = memory_budget(self.lm.model, self.lm.info.vocab_size, kept_states=1)
         return max(1, min(min(self._rows // len(b.index), budget // b.input_ids.numel()) for b in self.batches))
-
-    def _check_state(self, state: int, what: str = "state") -> int:
-        try:
-            state = operator.index(state)
-        except TypeError:
-            raise ValueError(f"{what} must be a whole hidden-state number, got {state!r}") from None
-        if not 0 <= state <= self.n_layers:
-            raise ValueError(f"{what} {state} is out of range: this model has hidden states 0..{self.n_layers} "
-                             f"(0: the embeddings output, s: the output of block s - 1); pick one of those")
-        return state
 
     def _watch(self, state: int, params: torch.Tensor | None, capture: list[int],
                pooled: np.ndarray | None) -> Callable[[Batch], contextlib.AbstractContextManager]:

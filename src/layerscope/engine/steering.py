@@ -39,7 +39,7 @@ from torch import nn
 from ..models.info import input_device, text_config
 from ..models.load import LoadedModel
 from .batching import Batch
-from .prefix import hidden_of
+from .edits import edited_at
 from .scoring import Scorer
 
 DEFAULT_KEPT_BYTES = 4 * 2**30
@@ -115,7 +115,7 @@ class Steering:
         so only the blocks above ``state`` run again. Kept states below ``state`` are dropped. ``prefix_reuse=
         False``: every pass whole (nothing kept), for checking. ``ValueError`` before any pass for a state out of
         0..L, vectors of the wrong size or not finite, or an alpha not finite."""
-        state = self._check_state(state)
+        state = check_state(state, self.n_layers)
         directions = as_directions(vectors, self.hidden_size)
         alphas = as_alphas(alphas)
         reuse = prefix_reuse and state > 0
@@ -149,16 +149,6 @@ class Steering:
         self._kept = set(window)
         if self._intact is None:
             self._intact, self._n_scored = nll_sum / count, count
-
-    def _check_state(self, state: int) -> int:
-        try:
-            state = operator.index(state)
-        except TypeError:
-            raise ValueError(f"state must be a whole hidden-state number, got {state!r}") from None
-        if not 0 <= state <= self.n_layers:
-            raise ValueError(f"state {state} is out of range: this model has hidden states 0..{self.n_layers} "
-                             f"(0: the embeddings output, s: the output of block s - 1); pick one of those")
-        return state
 
     def _watch(self, state: int, delta: torch.Tensor | None) -> Callable[[Batch], contextlib.AbstractContextManager]:
         """Around each batch's forward: count the blocks that compute, and add ``delta`` at ``state`` (None: not)."""
@@ -197,6 +187,18 @@ def as_alphas(alphas: Sequence[float] | float) -> np.ndarray:
     return a
 
 
+def check_state(state: int, n_layers: int, what: str = "state") -> int:
+    """``state`` as an int in 0..``n_layers``, else a ValueError that names the range."""
+    try:
+        state = operator.index(state)
+    except TypeError:
+        raise ValueError(f"{what} must be a whole hidden-state number, got {state!r}") from None
+    if not 0 <= state <= n_layers:
+        raise ValueError(f"{what} {state} is out of range: this model has hidden states 0..{n_layers} "
+                         f"(0: the embeddings output, s: the output of block s - 1); pick one of those")
+    return state
+
+
 @contextlib.contextmanager
 def added_at(blocks: nn.ModuleList, state: int, delta: torch.Tensor) -> Iterator[None]:
     """Within the ``with``, passes add ``delta`` (d,) to every position of hidden state ``state`` (B, T, d):
@@ -205,24 +207,8 @@ def added_at(blocks: nn.ModuleList, state: int, delta: torch.Tensor) -> Iterator
     def shifted(hidden: torch.Tensor) -> torch.Tensor:
         return hidden + delta.to(device=hidden.device, dtype=hidden.dtype)
 
-    def on_input(_module, args, kwargs):
-        if args:
-            return (shifted(args[0]), *args[1:]), kwargs
-        return args, {**kwargs, "hidden_states": shifted(kwargs["hidden_states"])}
-
-    def on_output(_module, _args, output):
-        if isinstance(output, tuple):
-            return (shifted(hidden_of(output)), *output[1:])
-        return shifted(output)
-
-    if state == 0:
-        handle = blocks[0].register_forward_pre_hook(on_input, with_kwargs=True)
-    else:
-        handle = blocks[state - 1].register_forward_hook(on_output)
-    try:
+    with edited_at(blocks, state, shifted):
         yield
-    finally:
-        handle.remove()
 
 
 @contextlib.contextmanager
