@@ -1,5 +1,6 @@
 """Check that a tuned lens is interchangeable with the tuned-lens package: saved here and loaded there, and the
-other way round, on a tiny random Llama; prints the largest logit difference each way (target: 0 or float noise).
+other way round, on a tiny random Llama; prints the largest logit difference each way (target: 0 or float noise)
+and whether the ``unembed_hash`` layerscope records is the package's own.
 
     .venv/bin/pip download --no-deps tuned-lens -d /tmp/tl && mkdir -p /tmp/tl/pkg \\
         && python -m zipfile -e /tmp/tl/tuned_lens-*.whl /tmp/tl/pkg
@@ -54,8 +55,13 @@ def main() -> None:
             back = TunedLens.load(Path(tmp) / "theirs", lm)
             here_diff = max(float((back.logits(s, hidden[s][0], lm=lm) - written(hidden[s][0], s)).abs().max())
                             for s in range(lm.info.n_layers))
+            from tuned_lens.nn.unembed import Unembed
+
+            from layerscope.engine.tuned_lens_train import unembed_hash
+            same_hash = Unembed(lm.model).unembedding_hash() == unembed_hash(lm)
     print(f"saved by layerscope, read by tuned-lens: largest |logit difference| {there:.1e}")
     print(f"saved by tuned-lens, read by layerscope: largest |logit difference| {here_diff:.1e}")
+    print(f"layerscope's unembed_hash is the package's Unembed.unembedding_hash(): {same_hash}")
 
 
 if __name__ == "__main__":

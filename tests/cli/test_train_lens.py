@@ -4,6 +4,7 @@ prints the logit lens's grid, a trained lens is found again in the cache, and a 
 line."""
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -82,13 +83,14 @@ def test_train_lens_writes_the_format_finds_it_again_and_lens_reads_through_it(m
             "--out", str(out)]
     first = runner.invoke(app, args)
     assert first.exit_code == 0, first.output
-    assert "trained the tuned lens" in first.output and "held-out, bits per token" in first.output
+    assert "trained the tuned lens" in first.output and "bits per token; held out" in first.output
     config = json.loads((out / "config.json").read_text())
     assert config["num_hidden_layers"] == 3 and config["lens_type"] == "linear_tuned_lens"
     assert config["layerscope"]["steps"] == 3 and config["layerscope"]["corpus"]["description"] == str(corpus)
+    assert config["layerscope"]["batch_size"] == 2 and config["layerscope"]["tokens_per_step"] is None
     params = torch.load(out / "params.pt", weights_only=True)
     assert sorted(params) == sorted(f"{i}.{k}" for i in range(3) for k in ("weight", "bias"))
-    assert any(float(v.abs().max()) > 0 for v in params.values())  # three SGD steps moved the translators
+    assert any(float(v.abs().max()) > 0 for v in params.values())  # the start and three steps moved them
     fig = lens_comparison_figure(config["layerscope"]["heldout"])  # what lens_eval.png shows
     drawn = {line.get_label(): line.get_ydata() for ax in fig.axes for line in ax.get_lines()
              if line.get_label().endswith("lens")}
@@ -124,7 +126,92 @@ def test_train_lens_with_its_defaults_samples_the_model_and_lens_tuned_auto_find
     assert trained.exit_code == 0, trained.output
     folder = trained.output.split(" in ", 1)[1].splitlines()[0].strip()
     record = json.loads((Path(folder) / "config.json").read_text())["layerscope"]
-    assert "sampled from the model itself" in record["corpus"]["description"] and record["steps"] == 250
+    assert "sampled from the model itself" in record["corpus"]["description"] and record["steps"] == 40
+    assert record["tokens_per_step"] == 512 and record["init"] == "lstsq" and record["optimizer"] == "adam"
+    assert record["tokens"]["token_draws"] == 40 * 512
+    assert record["tokens"]["distinct_train_rows"] <= record["tokens"]["train_rows"]
     assert record["corpus"]["heldout_texts"] >= 1 and record["heldout"]["metrics"]["tuned_kl"][-1] == 0
+    assert len(record["in_sample"]["metrics"]["tuned_kl"]) == 4 and record["in_sample"]["metrics"]["tuned_kl"][-1] == 0
+    assert "logit_kl" not in record["in_sample"]["metrics"]  # in sample: the tuned lens only
     shown = runner.invoke(app, ["lens", PROMPT, "--model", model, "--tuned", "auto"])
     assert shown.exit_code == 0 and shown.output.startswith("tuned lens of"), shown.output
+
+
+def lens_files(root):
+    return sorted(p for pattern in ("config.json", "params.pt") for p in Path(root).rglob(pattern)
+                  if "tiny" not in p.parts)  # the saved model's own config.json is not a lens
+
+
+@pytest.mark.parametrize(("extra", "named"), [
+    (["--steps", "0"], "steps must be at least 1"),
+    (["--max-tokens", "10", "--tokens-per-step", "64"], "--max-tokens 10 is below"),
+])
+def test_train_lens_settings_that_cannot_train_are_one_error_line(model, tmp_path, extra, named):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(tiny.TEXTS) + "\n")
+    out = tmp_path / "lens"
+    line = error_line(runner.invoke(app, ["train-lens", "--model", model, "--corpus", str(corpus), "--out", str(out),
+                                          *extra]))
+    assert named in line, line
+    assert not out.exists() and lens_files(tmp_path) == []
+
+
+def test_train_lens_corpora_that_cannot_train_are_one_error_line(model, tmp_path):
+    out = tmp_path / "lens"
+    one = tmp_path / "one.txt"
+    one.write_text("# a comment\nThe cat sat on the mat.\n\n")
+    line = error_line(runner.invoke(app, ["train-lens", "--model", model, "--corpus", str(one), "--out", str(out)]))
+    assert "one.txt" in line and "1 text" in line and "at least 2" in line, line
+
+    short = tmp_path / "short.txt"
+    words = ["a", "b", "x"]
+    tok = load_model(model).tokenizer
+    assert [len(tok(w)["input_ids"]) for w in words] == [1, 1, 1]  # one token each: nothing to predict
+    short.write_text("\n".join(words) + "\n")
+    line = error_line(runner.invoke(app, ["train-lens", "--model", model, "--corpus", str(short), "--out", str(out)]))
+    assert "two tokens" in line, line
+    assert not out.exists() and lens_files(tmp_path) == []
+
+
+def test_train_lens_below_a_file_is_one_error_line(model, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(tiny.TEXTS) + "\n")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    out = blocker / "lens"  # below a file: cannot be made, whoever runs the test
+    line = error_line(runner.invoke(app, ["train-lens", "--model", model, "--corpus", str(corpus), "--out", str(out)]))
+    assert "cannot write the lens" in line and str(out) in line, line
+    assert lens_files(tmp_path) == []
+
+
+def test_train_lens_into_a_read_only_folder_is_one_error_line(model, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(tiny.TEXTS) + "\n")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("running as root: a 0o500 folder is still writable")
+        for target in (locked, locked / "lens"):
+            line = error_line(runner.invoke(app, ["train-lens", "--model", model, "--corpus", str(corpus),
+                                                  "--out", str(target)]))
+            assert "cannot write the lens" in line and str(target) in line, line
+        assert list(locked.iterdir()) == []
+    finally:
+        locked.chmod(0o700)
+    assert lens_files(tmp_path) == []
+
+
+def test_train_lens_full_vocab_reads_the_whole_vocabulary_and_keys_its_own_lens(model, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(tiny.TEXTS) + "\n")
+    args = ["train-lens", "--model", model, "--corpus", str(corpus), "--steps", "2", "--tokens-per-step", "16"]
+    full = runner.invoke(app, [*args, "--full-vocab"])
+    assert full.exit_code == 0, full.output
+    shortlist = runner.invoke(app, args)
+    assert shortlist.exit_code == 0 and "trained the tuned lens" in shortlist.output  # not the --full-vocab lens
+    folders = [Path(r.output.split(" in ", 1)[1].splitlines()[0].strip()) for r in (full, shortlist)]
+    assert folders[0] != folders[1]
+    records = [json.loads((f / "config.json").read_text())["layerscope"] for f in folders]
+    assert records[0]["normaliser"] == "full vocabulary" and records[1]["normaliser"].startswith("shortlist")

@@ -3,6 +3,7 @@ model's own output, training undoes a rotation planted in the residual stream (h
 pass and the KL formula written out), and the folder format round-trips, reads a hand-written tuned-lens folder,
 refuses a pickle that runs code and names both sides of a shape mismatch."""
 
+import hashlib
 import json
 import math
 import warnings
@@ -14,9 +15,9 @@ import torch
 import tiny
 from layerscope.engine.batching import collate, pad_id, tokenize
 from layerscope.engine.lens import LensSums, layer_logits, lens_batch
-from layerscope.engine.tuned_lens import LensError, TunedLens, scored_states
+from layerscope.engine.tuned_lens import LensError, TunedLens, hub_name, scored_states
 from layerscope.engine.tuned_lens_eval import evaluate_lenses
-from layerscope.engine.tuned_lens_train import split_holdout, train_tuned_lens
+from layerscope.engine.tuned_lens_train import split_holdout, train_tuned_lens, unembed_hash
 from layerscope.errors import LayerscopeError
 from layerscope.models import LoadedModel
 from layerscope.models.info import decoder_layers
@@ -26,13 +27,7 @@ PACKAGE_KEYS = {"base_model_name_or_path", "d_model", "num_hidden_layers", "bias
 TEXTS = [tiny.TEXTS[0], tiny.TEXTS[1], tiny.TEXTS[3]]
 
 
-@pytest.fixture(autouse=True)
-def one_thread(monkeypatch):
-    monkeypatch.setenv("LAYERSCOPE_PROGRESS", "0")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @torch.no_grad()
@@ -136,12 +131,15 @@ def hand_kl(lm, texts, state, weight, bias):
     return total / count
 
 
-@pytest.mark.parametrize(("optimizer", "lr"), [("sgd", None), ("adam", 1e-2)])
-def test_training_undoes_a_planted_rotation(optimizer, lr):
+@pytest.mark.parametrize("recipe", [
+    {"steps": 200, "batch_size": 8, "init": "zeros", "optimizer": "sgd"},  # from the logit lens: the KL steps alone
+    {"steps": 200, "batch_size": 8, "init": "zeros", "optimizer": "adam", "lr": 1e-2},
+    {},  # the default: the least-squares start, then 40 Adam steps of 512 tokens
+], ids=["zeros-sgd", "zeros-adam", "default-lstsq"])
+def test_training_undoes_a_planted_rotation(recipe):
     lm = rotated_lm(state=1)
     texts = word_texts(120, seed=0)
-    lens = train_tuned_lens(lm, texts, steps=200, batch_size=8, lr=lr, seed=0, holdout=0.1, optimizer=optimizer,
-                            corpus="random words")
+    lens = train_tuned_lens(lm, texts, seed=0, holdout=0.1, corpus="random words", **recipe)
     fresh = word_texts(12, seed=99)  # never seen in training
     d = lm.info.hidden_size
     logit_kl = hand_kl(lm, fresh, 1, torch.zeros(d, d), torch.zeros(d))
@@ -149,12 +147,132 @@ def test_training_undoes_a_planted_rotation(optimizer, lr):
     tuned_kl = hand_kl(lm, fresh, 1, t.weight.detach(), t.bias.detach())
     assert tuned_kl < 0.5 * logit_kl, (tuned_kl, logit_kl)
     record = lens.record
-    assert record["steps"] == 200 and record["seed"] == 0 and record["optimizer"] == optimizer
+    steps = recipe.get("steps", 40)
+    assert record["steps"] == steps and record["seed"] == 0 and record["init"] == recipe.get("init", "lstsq")
+    assert record["optimizer"] == recipe.get("optimizer", "adam") and record["batch_size"] == recipe.get("batch_size")
     assert record["weights_hash"] == lm.info.weights_hash and record["corpus"]["description"] == "random words"
-    assert record["corpus"]["heldout_texts"] == 12 and record["last_loss"] < record["first_loss"]
+    assert record["corpus"]["heldout_texts"] == 12 and record["finite_loss"]
+    if recipe.get("init") == "zeros":
+        assert record["last_loss"] < record["first_loss"]
+    else:
+        assert record["tokens_per_step"] == 512 and record["tokens"]["token_draws"] == 40 * 512
     held = record["heldout"]["metrics"]
     assert held["tuned_kl"][1] < 0.5 * held["logit_kl"][1]
     assert held["tuned_kl"][3] == 0 and held["tuned_ce"][3] == pytest.approx(held["logit_ce"][3])
+
+
+WORDS = " ".join(tiny.CORPUS).replace(",", "").replace(".", "").replace("?", "").split()
+
+
+def grouped_corpus(n_groups=12, per_group=3, seed=3):
+    """(texts, groups): groups of texts that share their first three words (a pair's statements, a sample that
+    repeats its source's opening), one label per group."""
+    rng = np.random.default_rng(seed)
+    texts, groups = [], []
+    for g in range(n_groups):
+        opening = " ".join(rng.choice(WORDS, 3))
+        for _ in range(per_group):
+            texts.append(f"{opening} {' '.join(rng.choice(WORDS, rng.integers(3, 8)))}")
+            groups.append(g)
+    return texts, groups
+
+
+@pytest.mark.parametrize("recipe", [{"tokens_per_step": 64}, {"batch_size": 2, "init": "zeros"},
+                                    {"tokens_per_step": 32, "max_tokens": 150}], ids=["default", "texts", "max"])
+def test_no_step_trains_on_a_held_out_text(recipe):
+    lm = tiny.tiny_lm("llama")
+    texts, groups = grouped_corpus()
+    ids = tokenize(lm.tokenizer, texts)
+    for seed in (0, 1):
+        seen = []
+        lens = train_tuned_lens(lm, texts, groups=groups, steps=5, holdout=0.25, seed=seed, progress=False,
+                                on_step=lambda step, index, seen=seen: seen.append((step, set(index.tolist()))),
+                                **recipe)
+        train, held = split_holdout(texts, 0.25, seed, groups)
+        assert held and len({groups[i] for i in held}) == 3
+        lstsq = recipe.get("init", "lstsq") == "lstsq"
+        assert [step for step, _ in seen] == [-1] * lstsq + list(range(5))
+        for step, index in seen:
+            assert index and not index & set(held), (seed, step, index & set(held))
+            assert index <= set(train)
+        if lstsq and "max_tokens" not in recipe:  # the start fits every training text's rows past position 0
+            assert seen[0][1] == {i for i in train if len(ids[i]) >= 3}
+        if "batch_size" in recipe:
+            assert all(len(index) == 2 for step, index in seen)
+        if "max_tokens" in recipe:  # whole training texts, as many as fit in 150 rows
+            used = set().union(*(index for _, index in seen))
+            rows = sum(len(ids[i]) - 1 for i in used)
+            assert lens.record["tokens"]["train_rows"] == rows <= 150
+            assert rows + min(len(ids[i]) - 1 for i in set(train) - used) > 150  # the next text would not fit
+        assert lens.record["corpus"]["heldout_texts"] == len(held)
+
+
+def shared_opening_corpus(n=30, seed=4):
+    """Texts, each its own group, that open with one of three phrases: held-out texts share their first tokens
+    with training texts."""
+    rng = np.random.default_rng(seed)
+    openings = ["The river carried", "Seven of the twelve", "A warm breeze"]
+    return [f"{openings[i % 3]} {' '.join(rng.choice(WORDS, rng.integers(3, 8)))}" for i in range(n)]
+
+
+def test_recorded_heldout_numbers_leave_out_every_training_prefix():
+    lm = tiny.tiny_lm("llama")
+    texts = shared_opening_corpus()
+    lens = train_tuned_lens(lm, texts, steps=3, tokens_per_step=64, holdout=0.2, seed=0, progress=False)
+    train, held = split_holdout(texts, 0.2, 0)
+    ids = tokenize(lm.tokenizer, texts)
+    held_texts = [texts[i] for i in held]
+    ev = evaluate_lenses(lm, held_texts, lens, exclude=[ids[i] for i in train], progress=False)
+    record = lens.record["heldout"]
+    assert set(record["metrics"]) == set(ev.metrics) == {"logit_kl", "logit_ce", "tuned_kl", "tuned_ce"}
+    for key, value in ev.metrics.items():
+        np.testing.assert_allclose(record["metrics"][key], value, rtol=1e-6, atol=1e-9, err_msg=key)
+    prefixes = {tuple(ids[i][:j]) for i in train for j in range(1, len(ids[i]) + 1)}
+    unseen = sum(tuple(ids[i][: t + 1]) not in prefixes for i in held for t in range(len(ids[i]) - 1))
+    every = sum(len(ids[i]) - 1 for i in held)
+    assert record["tokens"] == ev.tokens == lens.record["tokens"]["heldout_rows"] == unseen < every
+    plain = evaluate_lenses(lm, held_texts, lens, progress=False)  # shared openings scored too
+    assert plain.tokens == every
+    assert max(float(np.abs(plain.metrics[k] - np.asarray(record["metrics"][k])).max()) for k in ev.metrics) > 1e-3
+
+
+def test_a_step_larger_than_the_corpus_repeats_its_rows():
+    lm = tiny.tiny_lm("llama")
+    texts = tiny.TEXTS[:4]
+    ids = tokenize(lm.tokenizer, texts)
+    seen = []
+    lens = train_tuned_lens(lm, texts, steps=3, tokens_per_step=100, holdout=0.25, seed=0, progress=False,
+                            on_step=lambda step, index: seen.append((step, set(index.tolist()))))
+    train, held = split_holdout(texts, 0.25, 0)
+    rows = sum(len(ids[i]) - 1 for i in train)
+    assert len(held) == 1 and 2 * rows < 100
+    tokens = lens.record["tokens"]
+    assert tokens["train_rows"] == rows and tokens["token_draws"] == 3 * 100 and lens.record["tokens_per_step"] == 100
+    assert tokens["distinct_train_rows"] <= rows and lens.record["finite_loss"]
+    assert all(index == set(train) for step, index in seen if step >= 0)  # each step holds every row
+
+
+def test_unembed_hash_is_the_tuned_lens_packages_and_config_names_the_model(tmp_path):
+    lm = tiny.tiny_lm("llama")
+    weight = lm.model.lm_head.weight.detach()
+    want = hashlib.sha256(np.array_str(weight.float().numpy(), precision=1).encode()).hexdigest()  # tuned_lens.utils
+    assert unembed_hash(lm) == want
+    assert unembed_hash(tiny.tiny_lm("llama", seed=1)) != want
+    lens = train_tuned_lens(lm, tiny.TEXTS, steps=1, tokens_per_step=16, seed=0, progress=False)
+    assert lens.record["unembed_hash"] == want
+    config = json.loads((lens.save(tmp_path / "lens") / "config.json").read_text())
+    assert config["unembed_hash"] == want
+    assert config["base_model_name_or_path"] == "tiny-llama-nobos" == lm.info.name  # no hub id known: the name
+    assert config["layerscope"]["model"] == "tiny-llama-nobos"
+
+    assert hub_name("smollm2-135m") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    zoo = TunedLens(32, 3, name="smollm2-135m", record={"steps": 0})
+    config = json.loads((zoo.save(tmp_path / "zoo") / "config.json").read_text())
+    assert config["base_model_name_or_path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert config["layerscope"]["model"] == "smollm2-135m"
+    back = TunedLens.load(tmp_path / "zoo")
+    assert back.name == "smollm2-135m"
+    assert back.config()["base_model_name_or_path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
 def test_split_is_seeded_and_disjoint():

@@ -115,7 +115,8 @@ def test_auto_trains_the_lens_once_then_reuses_it(tmp_path, inputs):
     assert [s["trained_now"] for s in seen] == [True, False]
     assert seen[0]["params_sha256"] == seen[1]["params_sha256"] and seen[0]["folder"] == seen[1]["folder"]
     assert seen[0]["folder"].startswith(str(tmp_path / "cache" / "lenses"))
-    assert seen[0]["steps"] == 250 and "sampled from the model itself" in seen[0]["corpus"]
+    assert seen[0]["steps"] == 40 and seen[0]["tokens_per_step"] == 512 and seen[0]["init"] == "lstsq"
+    assert "sampled from the model itself" in seen[0]["corpus"]
 
 
 def test_bad_lens_folders_are_one_clear_error_and_no_output(tmp_path, inputs):

@@ -14,6 +14,8 @@ a prompt that repeats is read again, as its own "text N" grid and lens-N.png, an
 
 from __future__ import annotations
 
+import time
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -86,17 +88,55 @@ def load_tuned(tuned: str, lm):
     return resolve_lens(tuned, lm)[0]
 
 
+class Init(StrEnum):
+    lstsq = "lstsq"
+    zeros = "zeros"
+
+
+class Optimizer(StrEnum):
+    adam = "adam"
+    sgd = "sgd"
+
+
+class HeadDType(StrEnum):
+    auto = "auto"
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+
+
 @app.command("train-lens")
 @user_errors
 def train_lens_command(
     model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help=MODEL_HELP),
     corpus: Path = typer.Option(None, "--corpus", help="Texts to train on: a text file, one per line (blank and # "
-                                "lines skipped), or a languages .json file. Default: the bundled texts and 64 "
-                                "texts the model writes itself (seeded)."),
-    steps: int = typer.Option(250, "--steps", min=1, help="Optimiser steps (SGD with Nesterov momentum, the "
-                              "paper's recipe)."),
-    batch_size: int = typer.Option(8, "--batch-size", min=1, help="Texts per step."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the held-out split, the batches and the model's samples."),
+                                "lines skipped), or a languages .json file. Default: the bundled texts and one "
+                                "text the model writes from each (seeded), a pair's statements and each sample's "
+                                "source kept on one side of the held-out split."),
+    steps: int = typer.Option(40, "--steps", help="KL steps after the start (Adam by default)."),
+    tokens_per_step: int = typer.Option(512, "--tokens-per-step", help="Scored tokens (rows) each step draws "
+                                        "from the cached training rows. Belrose et al. take 262144 (2^18) per "
+                                        "step for 250 steps: a GPU runs that budget."),
+    max_tokens: int = typer.Option(None, "--max-tokens", help="Most training tokens kept from the corpus (their "
+                                   "hidden states are held in memory: (layers + 2) x tokens x width numbers). "
+                                   "Default: all."),
+    batch_size: int = typer.Option(None, "--batch-size", help="Texts per step instead of --tokens-per-step "
+                                   "(layerscope 0.2's recipe drew 8)."),
+    init: Init = typer.Option(Init.lstsq, "--init", help="lstsq: start each translator at the ridge "
+                              "least-squares map to the last block's output (Din et al. 2023); zeros: start at "
+                              "the logit lens."),
+    optimizer: Optimizer = typer.Option(Optimizer.adam, "--optimizer", help="adam (lr 1e-4) or sgd (Belrose et "
+                                        "al.'s SGD with Nesterov momentum 0.9, lr 0.1, weight decay 1e-3); both "
+                                        "clip the gradient norm at 1 and decay linearly to 0."),
+    lr: float = typer.Option(None, "--lr", help="Learning rate. Default: the optimiser's."),
+    full_vocab: bool = typer.Option(False, "--full-vocab", help="Read the KL's normaliser on the whole "
+                                    "vocabulary in every step instead of a shortlist (each step's top tokens and "
+                                    "2048 sampled negatives, log-Q corrected). The evaluation always reads the "
+                                    "whole vocabulary."),
+    head_dtype: HeadDType = typer.Option(HeadDType.auto, "--head-dtype", help="The head's matrix products while "
+                                         "training: auto = bfloat16 where the processor has it natively, else "
+                                         "float32 (the loss and the evaluation are float32)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the held-out split, the batches, the negatives and the "
+                             "model's samples."),
     out: Path = typer.Option(None, "--out", "-o", help="Folder for config.json and params.pt (the tuned-lens "
                              "package's format). Default: the cache, keyed by the model's weights and these "
                              "settings, where --tuned auto finds it."),
@@ -107,33 +147,94 @@ def train_lens_command(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress details to stderr."),
 ) -> None:
     """Train a tuned lens (Belrose et al. 2023): one affine translator per hidden state, fitted to the model's own
-    final distribution; 10 % of the texts are held out, and the held-out KL and cross-entropy of both lenses per
-    state are printed and kept in config.json."""
-    from ..data.texts import load_texts
-    from ..engine.tuned_lens_cache import default_settings, trained_lens
+    final distribution. One forward pass caches every state's rows; each translator starts at a least-squares map
+    (Din et al. 2023), then 40 Adam steps of 512 tokens minimise the KL. Texts are held out by group, and only
+    positions whose prefix starts no training text are scored: held-out and in-sample KL per state are printed and
+    kept in config.json with the budget (tokens per step, token-draws, distinct tokens; the paper: 2^18 tokens per
+    step)."""
+    started = time.perf_counter()
+    from ..engine.tuned_lens_cache import lens_folder, trained_lens
+    from ..engine.tuned_lens_train import check_settings
     from ..models import load_model
 
     setup_logging(verbose)
-    texts = list(load_texts(corpus).texts) if corpus is not None else None
+    train = {"steps": steps, "tokens_per_step": None if batch_size is not None else tokens_per_step,
+             "batch_size": batch_size, "max_tokens": max_tokens, "init": init.value, "optimizer": optimizer.value,
+             "lr": lr, "head_dtype": head_dtype.value, "seed": seed, "shortlist": False if full_vocab else None}
+    check_settings(**{k: v for k, v in train.items() if k not in ("lr", "head_dtype", "seed", "shortlist")})
+    texts = read_corpus(corpus) if corpus is not None else None
     if out is not None and out.exists() and not out.is_dir():
         raise OutputError(f"output path {out} exists and is not a folder; choose another {OUT}")
     if out is not None and out.is_dir() and any(out.iterdir()) and not (out / "config.json").is_file():
         raise OutputError(f"{out} holds other files; choose an empty or new {OUT}")
     lm = load_model(model, dtype=dtype.value, device=device)
-    settings = default_settings(steps, batch_size, seed)
-    settings.pop("corpus")
+    train = {k: v for k, v in train.items() if v is not None}
+    target = lens_folder(lm, texts, out, **train)
+    if force or not (target / "config.json").is_file():  # a lens will be written: make sure it can be
+        check_writable(target, force)
     lens, folder, fresh = trained_lens(lm, texts, str(corpus) if corpus is not None else None, force=force,
-                                       out=out, **settings)
+                                       out=out, started=started, **train)
     typer.echo(f"{'trained' if fresh else 'found'} the tuned lens of {lm.info.name} in {folder}")
-    evaluation = lens.record.get("heldout") or {}
+    record = lens.record
+    budget = record.get("tokens") or {}
+    if budget:
+        typer.echo(f"budget: {record.get('steps')} steps, {budget['token_draws']:,} token-draws over "
+                   f"{budget['train_rows']:,} training tokens ({budget['distinct_train_rows']:,} distinct); "
+                   f"Belrose et al.: {budget['paper_tokens_per_step']:,} tokens per step, "
+                   f"{budget['paper_token_draws']:,} token-draws")
+    evaluation = record.get("heldout") or {}
     held = evaluation.get("metrics")
+    inside = (record.get("in_sample") or {}).get("metrics")
     if held and fresh:
         write_comparison(folder / "lens_eval.png", evaluation, lm.info.name)
     if held:
-        typer.echo("held-out, bits per token: state, KL logit lens, KL tuned lens, CE logit lens, CE tuned lens")
-        for state, row in enumerate(zip(held["logit_kl"], held["tuned_kl"], held["logit_ce"], held["tuned_ce"],
-                                        strict=True)):
+        typer.echo(f"bits per token; held out: {evaluation['tokens']:,} tokens of {evaluation['texts']} texts "
+                   "whose prefixes no training text starts with; in sample: training tokens")
+        typer.echo("state  KL logit  KL tuned  KL tuned   CE logit  CE tuned\n"
+                   "       held out  held out  in sample  held out  held out")
+        for state in range(len(held["tuned_kl"])):
+            row = (held["logit_kl"][state], held["tuned_kl"][state],
+                   inside["tuned_kl"][state] if inside else float("nan"), held["logit_ce"][state],
+                   held["tuned_ce"][state])
             typer.echo(f"{state:>5}  " + "  ".join(f"{v:8.3f}" for v in row))
+
+
+MIN_CORPUS_TEXTS = 2
+"""A tuned lens's corpus needs this many texts: at least one to train on and one held out to score it."""
+
+
+def read_corpus(corpus: Path) -> list[str]:
+    """The texts of ``--corpus``: a text file (one per line, blank and # lines skipped) or a languages .json file;
+    :class:`DatasetError` naming the file when it holds fewer than :data:`MIN_CORPUS_TEXTS`."""
+    from ..data.languages import load_languages
+    from ..data.prompts import load_prompts
+
+    if corpus.suffix.lower() == ".json":
+        texts = [text for _lang, _i, text in load_languages(corpus).texts()]
+    else:
+        texts = list(load_prompts(corpus, option="--corpus", purpose="train-lens", minimum=0).texts)
+    if len(texts) < MIN_CORPUS_TEXTS:
+        raise DatasetError(f"--corpus {corpus} holds {len(texts)} text(s); a tuned lens needs at least "
+                           f"{MIN_CORPUS_TEXTS} (one to train on, one held out to score it): add texts, one per line")
+    return texts
+
+
+def check_writable(folder: Path, force: bool) -> None:
+    """:class:`OutputError` naming ``folder`` when a lens cannot be written there (checked before training, so
+    no time is spent on a lens that cannot be kept); a probe file is written and removed."""
+    import tempfile
+
+    probe_root = folder
+    while not probe_root.exists():
+        probe_root = probe_root.parent
+    try:
+        if not probe_root.is_dir():
+            raise OSError(f"{probe_root} is not a folder")
+        with tempfile.NamedTemporaryFile(dir=probe_root, prefix=".layerscope-probe-"):
+            pass
+    except OSError as exc:
+        raise OutputError(f"cannot write the lens into {folder} ({exc.strerror or exc}); choose a writable "
+                          f"{OUT}") from None
 
 
 def write_comparison(path: Path, evaluation: dict, model: str) -> None:

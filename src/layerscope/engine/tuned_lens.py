@@ -112,8 +112,15 @@ class TunedLens(torch.nn.Module):
         return layer_logits(lm, state, moved, head=head, norm=norm if norm is not None else final_norm(lm))
 
     def config(self) -> dict[str, Any]:
-        """config.json as a dict: the tuned-lens package's keys and :attr:`record` under ``"layerscope"``."""
-        return package_config(self.name, self.d_model, self.n_layers, self.revision, own=jsonable(self.record))
+        """config.json as a dict: the tuned-lens package's keys (``base_model_name_or_path``: the weights' Hugging
+        Face id where layerscope knows it, else the model's name; ``unembed_hash`` from the record) and
+        :attr:`record` under ``"layerscope"`` (with the model's own name as ``model``)."""
+        own = jsonable({"model": self.name, **self.record})
+        base = hub_name(self.name, self.lm.info.source if self.lm is not None else None)
+        if isinstance(self.record.get("base_model_name_or_path"), str):
+            base = self.record["base_model_name_or_path"]
+        return package_config(base, self.d_model, self.n_layers, self.revision, own=own,
+                              unembed_hash=self.record.get("unembed_hash"))
 
     def save(self, folder: str | Path) -> Path:
         """Write ``folder/config.json`` and ``folder/params.pt`` (the tuned-lens package's format); returns it."""
@@ -138,8 +145,12 @@ class TunedLens(torch.nn.Module):
             raise LensError(f"{Path(folder) / 'config.json'} has d_model={d_model!r} and num_hidden_layers="
                             f"{n_layers!r}, not positive integers; write the lens again with TunedLens.save")
         record = config.get(OWN_KEY) if isinstance(config.get(OWN_KEY), dict) else {}
-        lens = cls(int(d_model), int(n_layers), name=str(config.get("base_model_name_or_path")),
-                   revision=config.get("base_model_revision"), lm=lm, record=record)
+        base = str(config.get("base_model_name_or_path"))
+        name = record.get("model") if isinstance(record.get("model"), str) else base
+        if name != base:
+            record = {**record, "base_model_name_or_path": base}
+        lens = cls(int(d_model), int(n_layers), name=name, revision=config.get("base_model_revision"), lm=lm,
+                   record=record)
         lens.translators.load_state_dict({k: v.float() for k, v in params.items()})
         if lm is not None:
             saved = record.get("weights_hash")
@@ -153,6 +164,20 @@ class TunedLens(torch.nn.Module):
                               "weights", UserWarning, stacklevel=2)
             lens = lens.to(_head(lm).weight.device)
         return lens
+
+
+def hub_name(name: str, source: str | None = None) -> str:
+    """What a lens's ``base_model_name_or_path`` holds for a model called ``name``: the zoo's Hugging Face id of
+    its weights (``smollm2-135m``: ``HuggingFaceTB/SmolLM2-135M-Instruct``), a hub id ``source`` as it is, else
+    ``name``."""
+    from ..models.zoo import ZOO
+
+    entry = ZOO.get(name)
+    if entry is not None and entry.hub_id:
+        return entry.hub_id
+    if source and "/" in source and not Path(source).exists() and source.count("/") == 1:
+        return source
+    return name
 
 
 def _same_base(name: str, lm: LoadedModel) -> bool:

