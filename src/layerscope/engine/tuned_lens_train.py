@@ -148,8 +148,8 @@ def train_tuned_lens(lm: LoadedModel, texts: Sequence[str], *, groups: Sequence 
                      batch_size: int | None = None, max_tokens: int | None = None, init: str = DEFAULTS["init"],
                      optimizer: str = DEFAULTS["optimizer"], lr: float | None = None, ridge: float = DEFAULT_RIDGE,
                      shortlist: bool = DEFAULTS["shortlist"], negatives: int = DEFAULTS["negatives"],
-                     top_k: int = DEFAULTS["top_k"],
-                     head_dtype: str = DEFAULTS["head_dtype"], seed: int = 0, holdout: float = 0.1,
+                     top_k: int = DEFAULTS["top_k"], head_dtype: str = DEFAULTS["head_dtype"], seed: int = 0,
+                     holdout: float = 0.1,
                      max_length: int | None = 512, corpus: str | None = None, progress: bool = True,
                      on_step: Callable[[int, np.ndarray], None] | None = None, warmup: float = 0.0,
                      eval_batch_size: int | None = None) -> TunedLens:
@@ -167,7 +167,7 @@ def train_tuned_lens(lm: LoadedModel, texts: Sequence[str], *, groups: Sequence 
                       stacklevel=2)
     t_start = time.perf_counter()
     check_settings(steps=steps, tokens_per_step=tokens_per_step, batch_size=batch_size, max_tokens=max_tokens,
-           init=init, optimizer=optimizer, negatives=negatives, top_k=top_k)
+                   init=init, optimizer=optimizer, negatives=negatives, top_k=top_k)
     if len(texts) < 2 and holdout > 0:
         raise LensError(f"the corpus holds {len(texts)} text; a tuned lens needs at least two (one is held out to "
                         "score it): add texts")
@@ -201,8 +201,9 @@ def train_tuned_lens(lm: LoadedModel, texts: Sequence[str], *, groups: Sequence 
     dtype = head_dtype_of(head_dtype, lm)
     shortlist = bool(shortlist) and plain_head(lm)
     losses, drawn = _kl_steps(lm, lens, rows, steps=steps, tokens_per_step=tokens_per_step, batch_size=batch_size,
-                       optimizer=optimizer, lr=lr, use_shortlist=shortlist, negatives=negatives, top_k=top_k,
-                       dtype=dtype, rng=rng, seed=seed, progress=progress, warmup=warmup, on_step=on_step)
+                              optimizer=optimizer, lr=lr, use_shortlist=shortlist, negatives=negatives,
+                              top_k=top_k, dtype=dtype, rng=rng, seed=seed, progress=progress, warmup=warmup,
+                              on_step=on_step)
     t_steps = time.perf_counter()
 
     heldout = in_sample = None
