@@ -65,8 +65,9 @@ def headline(record: dict, bench: dict, made: dict) -> str:
     meets, n_meet = comparison(bench)
     return "\n".join([
         f"On {MODEL}, `train-lens` at its defaults took **{minutes(record['seconds']['wall'])}** on this 2-core "
-        f"CPU ({made['lens']['day']}; model load, the model's samples, one pass, the least-squares start, "
-        f"{record['steps']} KL steps and the evaluation). Its budget: {record['steps']} steps x "
+        f"CPU, from the command's start to the saved lens ({made['lens']['day']}, in `make run` on a fresh clone; "
+        f"model load, the model's samples, one pass, the least-squares start, {record['steps']} KL steps and the "
+        "evaluation). Its budget: {record['steps']} steps x "
         f"{record['tokens_per_step']} tokens = {tokens['token_draws']:,} token-draws over {tokens['train_rows']:,} "
         f"training tokens ({tokens['distinct_train_rows']:,} distinct prefixes); Belrose et al. take "
         f"{tokens['paper_tokens_per_step']:,} tokens per step, {tokens['paper_token_draws']:,} token-draws in all.",
@@ -76,8 +77,9 @@ def headline(record: dict, bench: dict, made: dict) -> str:
         f"tuned lens's KL to the final distribution against the logit lens's, bits/token: {pairs}. In sample "
         f"(512 training tokens) the tuned lens scores {gaps} at those states. Against layerscope 0.2's recipe "
         f"(250 SGD steps of 8 texts from the logit lens) on the same split, in one run of "
-        f"`benchmarks/tuned_lens_train.py`: the default took {new['seconds']:.0f} s, that recipe "
-        f"{old['seconds']:.0f} s ({old['seconds'] / new['seconds']:.0f}x), and the default's held-out KL is inside "
+        f"`benchmarks/tuned_lens_train.py` ({made['benchmark']['machine']}): the default's training and "
+        f"evaluation took {new['seconds']:.0f} s, that recipe's {old['seconds']:.0f} s "
+        f"({old['seconds'] / new['seconds']:.0f}x), and the default's held-out KL is inside "
         f"its 95 % interval or at most 0.1 bits/token worse at {n_meet} of {len(meets)} states (state 15: "
         f"{new['record']['heldout']['metrics']['tuned_kl'][15]:.2f} vs {old_kl[15]:.2f}).",
     ])
@@ -112,6 +114,12 @@ def findings(record: dict, bench: dict, gpu: dict, made: dict) -> str:
         lines.append(f"| {s} | {held['logit_kl'][s]:.3f} | {held['tuned_kl'][s]:.3f} [{ci[s][0]:.2f}, {ci[s][1]:.2f}] "
                      f"| {inside['tuned_kl'][s]:.3f} | {held['logit_ce'][s]:.3f} | {held['tuned_ce'][s]:.3f} "
                      f"| {o_kl[s]:.3f} [{o_ci[s][0]:.2f}, {o_ci[s][1]:.2f}] |")
+    last = o_kl[-1]
+    if last != 0:  # the benchmark ran before the last state's KL was set to exactly 0
+        lines += ["", f"The benchmark ran on the tree just before commit {made['benchmark']['before']}, whose only "
+                  f"difference in these numbers is state {len(o_kl) - 1}: there it recorded KL {last:.3f} "
+                  "(float32 rounding of a KL that is 0 by definition, the model against itself); the lens above "
+                  "records exactly 0."]
     g = gpu["runs"]
     big = g["paper budget"]["record"]
     small = g["default"]["record"]
@@ -134,10 +142,10 @@ def findings(record: dict, bench: dict, gpu: dict, made: dict) -> str:
 
 
 def replace_block(text: str, tag: str, body: str) -> str:
-    pattern = re.compile(rf"(<!-- {tag}:start -->\n).*?(\n<!-- {tag}:end -->)", re.S)
+    pattern = re.compile(rf"(<!-- {tag}:start -->\n).*?(<!-- {tag}:end -->)", re.S)
     if not pattern.search(text):
         raise SystemExit(f"no <!-- {tag}:start --> ... <!-- {tag}:end --> block")
-    return pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
+    return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
 
 
 def main() -> int:
