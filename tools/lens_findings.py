@@ -8,7 +8,8 @@ made at its defaults, with its record: timing, budget, held-out and in-sample me
 (``benchmarks/tuned_lens_train.py``: the default against 0.2's 250-step recipe on the same split),
 ``paper_budget_h200.json`` (``benchmarks/tuned_lens_paper_budget.py`` on a lent GPU) and ``made.json`` (the commit
 and day of the runs, and ``make run``'s measured wall time on a fresh clone). It rewrites the blocks between
-``<!-- NAME:start -->`` and ``<!-- NAME:end -->``: ``make-run-time`` and ``lens-headline`` in README.md,
+``<!-- NAME:start -->`` and ``<!-- NAME:end -->``: ``make-run-time`` in README.md and docs/getting-started.md,
+``lens-headline`` in README.md,
 ``lens-findings`` in docs/cli.md, and ``lens-grid`` in README.md from ``grid.txt`` (what ``layerscope lens "The
 capital of France is" --tuned auto`` printed through that lens). Nothing in those blocks is typed by hand.
 """
@@ -67,7 +68,7 @@ def headline(record: dict, bench: dict, made: dict) -> str:
         f"On {MODEL}, `train-lens` at its defaults took **{minutes(record['seconds']['wall'])}** on this 2-core "
         f"CPU, from the command's start to the saved lens ({made['lens']['day']}, in `make run` on a fresh clone; "
         f"model load, the model's samples, one pass, the least-squares start, {record['steps']} KL steps and the "
-        "evaluation). Its budget: {record['steps']} steps x "
+        f"evaluation). Its budget: {record['steps']} steps x "
         f"{record['tokens_per_step']} tokens = {tokens['token_draws']:,} token-draws over {tokens['train_rows']:,} "
         f"training tokens ({tokens['distinct_train_rows']:,} distinct prefixes); Belrose et al. take "
         f"{tokens['paper_tokens_per_step']:,} tokens per step, {tokens['paper_token_draws']:,} token-draws in all.",
@@ -154,7 +155,8 @@ def main() -> int:
     args = parser.parse_args()
     record, bench, gpu, made = lens_record(), load("benchmark.json"), load("paper_budget_h200.json"), load("made.json")
     grid = "```text\n" + (KEPT / "grid.txt").read_text(encoding="utf-8").rstrip("\n") + "\n```"
-    blocks = {"README.md": {"make-run-time": make_run_time(made, record),
+    blocks = {"docs/getting-started.md": {"make-run-time": make_run_time(made, record)},
+              "README.md": {"make-run-time": make_run_time(made, record),
                             "lens-headline": headline(record, bench, made), "lens-grid": grid},
               "docs/cli.md": {"lens-findings": findings(record, bench, gpu, made)}}
     stale = []
