@@ -136,3 +136,16 @@ def random_translators(lens, seed=1, scale=0.1):
             t.weight.copy_(torch.randn(t.weight.shape, generator=gen) * scale)
             t.bias.copy_(torch.randn(t.bias.shape, generator=gen) * scale)
     return lens
+
+
+@torch.no_grad()
+def forward(lm: LoadedModel, texts=None):
+    """``ids, batch, out``: token ids, the right-padded batch and the model's output with every hidden state, of
+    ``texts`` (default: TEXTS 0, 1 and 3)."""
+    import numpy as np
+
+    from layerscope.engine.batching import collate, pad_id, tokenize
+
+    ids = tokenize(lm.tokenizer, texts if texts is not None else [TEXTS[0], TEXTS[1], TEXTS[3]])
+    batch = collate(ids, np.arange(len(ids)), pad_id=pad_id(lm.tokenizer), side="right")
+    return ids, batch, lm.model(**batch.model_inputs(), output_hidden_states=True, use_cache=False)

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
+
+from pages import replace_block
 
 ROOT = Path(__file__).resolve().parents[1]
 KEPT = ROOT / "docs" / "results" / "tuned-lens-smollm2"
@@ -140,13 +141,6 @@ def findings(record: dict, bench: dict, gpu: dict, made: dict) -> str:
         "than one such step draws.",
     ]
     return "\n".join(lines)
-
-
-def replace_block(text: str, tag: str, body: str) -> str:
-    pattern = re.compile(rf"(<!-- {tag}:start -->\n).*?(<!-- {tag}:end -->)", re.S)
-    if not pattern.search(text):
-        raise SystemExit(f"no <!-- {tag}:start --> ... <!-- {tag}:end --> block")
-    return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
 
 
 def main() -> int:

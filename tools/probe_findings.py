@@ -17,11 +17,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from pages import replace_block
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = {"docs/studies/probe.md": "probe-findings", "README.md": "probe-headline"}
@@ -125,13 +126,6 @@ def headline(result: dict, model: str) -> str:
             f"the direction costs the held-out pairs' own continuations more than null directions) and "
             f"{len(steerable)} are steerable, each at the states in [the probe page](docs/studies/probe.md"
             "#on-smollm2-135m-instruct-q4_1).")
-
-
-def replace_block(text: str, tag: str, body: str) -> str:
-    pattern = re.compile(rf"(<!-- {tag}:start -->\n).*?(<!-- {tag}:end -->)", re.S)
-    if not pattern.search(text):
-        raise SystemExit(f"no <!-- {tag}:start --> ... <!-- {tag}:end --> block; add the two markers first")
-    return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
 
 
 def main() -> None:
