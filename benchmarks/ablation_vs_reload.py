@@ -34,7 +34,7 @@ import torch
 
 from layerscope import load_model
 from layerscope.data.languages import load_languages
-from layerscope.engine.prefix_plan import plan_passes
+from layerscope.engine.interventions.prefix_plan import plan_passes
 from layerscope.models import decoder_layers
 from layerscope.studies.ablation.configs import standard_configs, sweep_configs
 from layerscope.studies.ablation.runner import Variant, passes, score_configs, signatures_of

@@ -126,11 +126,11 @@ def main() -> int:
     import importlib
 
     from layerscope import extract
-    from layerscope.engine.entry import Layout
-    from layerscope.engine.pooling import ALL_POOLINGS
-    from layerscope.engine.store import LayerStore
+    from layerscope.engine.cache.entry import Layout
+    from layerscope.engine.cache.store import LayerStore
+    from layerscope.engine.forward.pooling import ALL_POOLINGS
 
-    extract_module = importlib.import_module("layerscope.engine.extract")
+    extract_module = importlib.import_module("layerscope.engine.forward.extract")
     texts = statements(args.texts)
     lm = replay_lm(max_rows=1024, max_tokens=64)
     per_text = len(ALL_POOLINGS) * (N_LAYERS + 2) * D * 4 + 3 * 8  # pooled + pre-norm vectors, NLL and counts

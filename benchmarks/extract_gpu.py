@@ -148,7 +148,7 @@ def peak_gib(device: torch.device) -> float:
 @torch.inference_mode()
 def raw_pass(lm, ids: list[list[int]], batch_size: int) -> None:
     """Length-sorted batches of ``batch_size`` texts through the model, nothing kept (logits freed per batch)."""
-    from layerscope.engine.batching import collate, pad_id, plan_batches
+    from layerscope.engine.forward.batching import collate, pad_id, plan_batches
     from layerscope.models import input_device
 
     device = input_device(lm.model)
@@ -172,7 +172,7 @@ def bench_model(name: str, config, device: torch.device, tokenizer, texts: list[
                 poolings: tuple[str, ...] = POOLINGS, profile: bool = False) -> dict:
     """Build ``config`` on ``device``, time extract / extract+cache / raw, free it; one table row."""
     from layerscope import extract
-    from layerscope.engine.batching import memory_budget, tokenize
+    from layerscope.engine.forward.batching import memory_budget, tokenize
     from layerscope.models import LoadedModel
 
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -281,7 +281,7 @@ def profile_extract(lm, texts: list[str], poolings: tuple[str, ...]) -> str:
     top = sorted((e for e in events if e.self_device_time_total > 0), key=lambda e: -e.self_device_time_total)
     for e in top[:14]:
         lines.append(f"| `{e.key[:60]}` | {e.self_device_time_total / 1e3:.1f} | {e.count} |")
-    from layerscope.engine.batching import tokenize
+    from layerscope.engine.forward.batching import tokenize
 
     ids = tokenize(lm.tokenizer, texts, MAX_TOKENS)
     size = -(-len(texts) // batches)  # the bare pass in batches as many texts as extract's
@@ -336,7 +336,7 @@ def main() -> int:
     unknown = sorted(set(names) - set(configs))
     if unknown:
         parser.error(f"unknown model {unknown}; choose from {', '.join(configs)}")
-    from layerscope.engine.pooling import ALL_POOLINGS
+    from layerscope.engine.forward.pooling import ALL_POOLINGS
 
     poolings = tuple(ALL_POOLINGS) if args.poolings == "default" else tuple(args.poolings.split(","))
     tokenizer = smollm2_tokenizer(args.tokenizer)

@@ -36,7 +36,7 @@ the strict one: extract against the fastest bare pass of either order and any of
 After a warm-up, each of ``--repeats`` rounds runs every bare variant and extract once (interleaved, so a busy
 machine slows both alike); each time is the best of its rounds, CUDA synchronized before and after. Prints every
 time with its runs, the ratios (target <= 1.10), and whether the massive-token flags that ``mean_no_massive``
-uses (:func:`layerscope.engine.massive.massive_mask` at every decoder block output, each batch as extract plans
+uses (:func:`layerscope.engine.forward.massive.massive_mask` at every decoder block output, each batch as extract plans
 it) equal a naive reference: per text and block, numpy's ``np.median`` of the text's |activations| over its real
 tokens and every dimension, a token massive where its largest |activation| is above 100x it.
 ``--check`` exits with status 1 if the gated ratio is above 1.10 or a flag differs.
@@ -53,9 +53,9 @@ import numpy as np
 import torch
 
 from layerscope import extract, load_model, load_pairs
-from layerscope.engine.batching import CPU_TOKEN_BUDGET, collate, pad_id, plan_ranges, tokenize
-from layerscope.engine.capture import PRE_NORM, capture_states
-from layerscope.engine.massive import MASSIVE_RATIO, massive_mask
+from layerscope.engine.forward.batching import CPU_TOKEN_BUDGET, collate, pad_id, plan_ranges, tokenize
+from layerscope.engine.forward.capture import PRE_NORM, capture_states
+from layerscope.engine.forward.massive import MASSIVE_RATIO, massive_mask
 from layerscope.models import input_device
 from layerscope.models.zoo import ZOO, zoo_folder
 

@@ -30,8 +30,8 @@ import numpy as np
 import torch
 
 from layerscope import extract, load_model, load_pairs
-from layerscope.engine.batching import collate, pad_id, plan_batches, tokenize
-from layerscope.engine.pooling import ALL_POOLINGS, POOLINGS
+from layerscope.engine.forward.batching import collate, pad_id, plan_batches, tokenize
+from layerscope.engine.forward.pooling import ALL_POOLINGS, POOLINGS
 from layerscope.models import input_device
 
 

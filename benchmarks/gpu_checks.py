@@ -38,8 +38,8 @@ def timed(device: torch.device, what, *args, **kwargs):
 def bare_pass(lm, texts: list[str], max_length: int) -> int:
     """The atlas's batches of ``texts`` through the model alone (hidden states returned, nothing kept); returns the
     number of batches."""
-    from layerscope.engine.batching import MAX_TEXTS_PER_BATCH, collate, memory_budget, pad_id, plan_batches
-    from layerscope.engine.guards import encode
+    from layerscope.engine.forward.batching import MAX_TEXTS_PER_BATCH, collate, memory_budget, pad_id, plan_batches
+    from layerscope.engine.forward.guards import encode
     from layerscope.models import input_device
 
     ids = encode(lm, texts, max_length)
@@ -56,7 +56,7 @@ def profile_atlas(lm, texts: list[str]) -> str:
     """The atlas pass once under ``torch.profiler``: wall and kernel time, host waits, the top ops by CUDA time."""
     from torch.profiler import ProfilerActivity, profile
 
-    from layerscope.engine.atlas import atlas_pass
+    from layerscope.engine.atlas.stream import atlas_pass
 
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -89,7 +89,7 @@ def main() -> int:
         return 2
     os.environ.setdefault("LAYERSCOPE_PROGRESS", "0")
     from layerscope import Intervention, lens, measure_interventions
-    from layerscope.engine.atlas import atlas_pass
+    from layerscope.engine.atlas.stream import atlas_pass
     from layerscope.models import LoadedModel
 
     device = torch.device("cpu") if args.tiny_cpu else torch.device("cuda")

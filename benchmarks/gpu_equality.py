@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import tiny  # noqa: E402
 from layerscope import extract  # noqa: E402
-from layerscope.engine.massive import MASSIVE_RATIO, massive_mask  # noqa: E402
+from layerscope.engine.forward.massive import MASSIVE_RATIO, massive_mask  # noqa: E402
 from layerscope.models import LoadedModel  # noqa: E402
 
 FAILED: list[str] = []

@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/scorer_head.py [--model smollm2-135m] [--texts 154] [--repeats 3] [--threads 2]
 
 On the bundled pairs (the first ``--texts`` statements, each paired with its partner, so the tokens a pair shares
-from the start are not scored), times three :class:`~layerscope.engine.interventions.Interventions` calls: the
-intact pass (``iv.intact()``, a new object each time: it also keeps the streams the edited passes start from), and
+from the start are not scored), times three :class:`~layerscope.engine.interventions.edit_scores.Interventions` calls:
+the intact pass (``iv.intact()``, a new object each time: it also keeps the streams the edited passes start from), and
 one rank-one removal at a middle and at the last-but-one state (``iv.run(15, [edit])``, ``iv.run(29, [edit])`` on
 SmolLM2's 30 blocks: 15 blocks and 1 block per batch, then the final norm and the head). "before" forces the
 full-logits path by telling the Scorer the head cannot be split off (``head_matches`` patched to False); "after" is
@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 import layerscope
-from layerscope.engine import scoring
-from layerscope.engine.interventions import Interventions, project_out
+from layerscope.engine.interventions import scoring
+from layerscope.engine.interventions.edit_scores import Interventions, project_out
 
 PATHS = ("before", "after")
 

@@ -30,7 +30,7 @@ def main() -> None:
     from tuned_lens.nn import TunedLens as PackageLens
 
     import tiny
-    from layerscope.engine.tuned_lens import TunedLens
+    from layerscope.engine.lenses.tuned import TunedLens
     from layerscope.models import load_model
 
     torch.manual_seed(0)
@@ -57,7 +57,7 @@ def main() -> None:
                             for s in range(lm.info.n_layers))
             from tuned_lens.nn.unembed import Unembed
 
-            from layerscope.engine.tuned_lens_train import unembed_hash
+            from layerscope.engine.lenses.tuned_train import unembed_hash
             same_hash = Unembed(lm.model).unembedding_hash() == unembed_hash(lm)
     print(f"saved by layerscope, read by tuned-lens: largest |logit difference| {there:.1e}")
     print(f"saved by tuned-lens, read by layerscope: largest |logit difference| {here_diff:.1e}")

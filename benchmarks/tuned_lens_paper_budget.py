@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from layerscope import load_model
-from layerscope.engine.tuned_lens_cache import default_corpus
-from layerscope.engine.tuned_lens_train import PAPER_TOKENS_PER_STEP, train_tuned_lens
+from layerscope.engine.lenses.tuned_cache import default_corpus
+from layerscope.engine.lenses.tuned_train import PAPER_TOKENS_PER_STEP, train_tuned_lens
 from layerscope.io import atomic_file
 
 

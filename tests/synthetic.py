@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 
 from layerscope.data.pairs import Category, PairDataset
-from layerscope.engine.activations import Activations, ExtractSettings
+from layerscope.engine.forward.activations import Activations, ExtractSettings
 from layerscope.models.info import ModelInfo
 from layerscope.studies.shared.inputs import PairRun
 

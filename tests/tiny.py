@@ -144,7 +144,7 @@ def forward(lm: LoadedModel, texts=None):
     ``texts`` (default: TEXTS 0, 1 and 3)."""
     import numpy as np
 
-    from layerscope.engine.batching import collate, pad_id, tokenize
+    from layerscope.engine.forward.batching import collate, pad_id, tokenize
 
     ids = tokenize(lm.tokenizer, texts if texts is not None else [TEXTS[0], TEXTS[1], TEXTS[3]])
     batch = collate(ids, np.arange(len(ids)), pad_id=pad_id(lm.tokenizer), side="right")

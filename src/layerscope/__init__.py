@@ -30,25 +30,26 @@ from .study import hooks as _hooks
 if TYPE_CHECKING:
     from .data import PairDataset, load_pairs
     from .engine import POOLINGS, Activations, ExtractSettings, extract
-    from .engine.lens_prompt import lens
-    from .engine.probing import probe
-    from .engine.steering import steer
-    from .engine.surgery import Intervention, intervened
-    from .engine.surgery_run import measure_interventions
-    from .engine.tuned_lens import TunedLens
-    from .engine.tuned_lens_train import train_tuned_lens
+    from .engine.forward.probing import probe
+    from .engine.interventions.steering import steer
+    from .engine.interventions.surgery import Intervention, intervened
+    from .engine.interventions.surgery_run import measure_interventions
+    from .engine.lenses.prompt import lens
+    from .engine.lenses.tuned import TunedLens
+    from .engine.lenses.tuned_train import train_tuned_lens
     from .models import DEFAULT_MODEL, ZOO, LoadedModel, ModelInfo, load_model
     from .run import SuiteResult, get_study, load_run, run_study, write_result
     from .study import Study, StudyConfig, StudyResult, register_study
 
 _LAZY = {"PairDataset": "data", "load_pairs": "data", "POOLINGS": "engine", "Activations": "engine",
          "ExtractSettings": "engine", "extract": "engine", "DEFAULT_MODEL": "models", "ZOO": "models",
-         "LoadedModel": "models", "ModelInfo": "models", "load_model": "models", "Intervention": "engine.surgery",
-         "intervened": "engine.surgery", "measure_interventions": "engine.surgery_run",
+         "LoadedModel": "models", "ModelInfo": "models", "load_model": "models",
+         "Intervention": "engine.interventions.surgery", "intervened": "engine.interventions.surgery",
+         "measure_interventions": "engine.interventions.surgery_run", "steer": "engine.interventions.steering",
          "StudyConfig": "study", "StudyResult": "study", "Study": "study", "register_study": "study",
-         "SuiteResult": "run", "get_study": "run", "load_run": "run", "run_study": "run",
-         "write_result": "run", "lens": "engine.lens_prompt", "probe": "engine.probing", "steer": "engine.steering",
-         "TunedLens": "engine.tuned_lens", "train_tuned_lens": "engine.tuned_lens_train"}
+         "SuiteResult": "run", "get_study": "run", "load_run": "run", "run_study": "run", "write_result": "run",
+         "lens": "engine.lenses.prompt", "probe": "engine.forward.probing", "TunedLens": "engine.lenses.tuned",
+         "train_tuned_lens": "engine.lenses.tuned_train"}
 
 __all__ = [
     "DEFAULT_MODEL", "POOLINGS", "ZOO", "Activations", "DatasetError", "ExtractSettings", "ExtractionError",
@@ -83,4 +84,10 @@ def _html(result) -> str:
     return study_html(result)
 
 
-_hooks.connect(study_class=_study_class, write=_write, html=_html)
+def _runner_name(name: str):
+    from . import run
+
+    return getattr(run, name)
+
+
+_hooks.connect(study_class=_study_class, write=_write, html=_html, runner_name=_runner_name)

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from conftest import error_line
 from layerscope.cli import app
-from layerscope.engine.lens_prompt import show_token
+from layerscope.engine.lenses.prompt import show_token
 
 runner = CliRunner()
 PROMPT = "The cat sat on the mat."

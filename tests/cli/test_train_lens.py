@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 import tiny
 from conftest import error_line
 from layerscope.cli import app
-from layerscope.engine.lens_prompt import lens
-from layerscope.engine.tuned_lens import TunedLens
+from layerscope.engine.lenses.prompt import lens
+from layerscope.engine.lenses.tuned import TunedLens
 from layerscope.models import load_model
 from layerscope.report.lens_figure import lens_comparison_figure
 

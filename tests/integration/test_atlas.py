@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from layerscope import load_model, load_pairs
 from layerscope.cli import app
-from layerscope.engine.atlas import atlas_pass
+from layerscope.engine.atlas.stream import atlas_pass
 
 pytestmark = pytest.mark.integration
 runner = CliRunner()

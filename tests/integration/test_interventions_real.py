@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import layerscope
-from layerscope.engine.interventions import Interventions, add, project_out, token_norms
+from layerscope.engine.interventions.edit_scores import Interventions, add, project_out, token_norms
 from layerscope.models import decoder_layers
 
 pytestmark = pytest.mark.integration

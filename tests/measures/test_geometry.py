@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from layerscope.engine.layers import ArraySource, LayerStack
+from layerscope.engine.cache.layers import ArraySource, LayerStack
 from layerscope.errors import ExtractionError
 from layerscope.measures.geometry import centroid_asymmetry, cosine_to, uniformity
 from layerscope.studies.shared.categories import category_ua

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tiny
-from layerscope.engine.scoring import Scorer
+from layerscope.engine.interventions.scoring import Scorer
 from layerscope.models import decoder_layers
 from layerscope.quant import RECIPES, fake_quantize, quantize_layers, sqnr_db, target_params, weight_rel_err
 from layerscope.studies.ablation.configs import Variant

@@ -133,7 +133,7 @@ def test_no_call_in_the_source_trusts_remote_code_or_unpickles():
                    for node in ast.walk(ast.parse(path.read_text()))
                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "load"
                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"]
-    assert [(name, "weights_only" in kws) for name, _, kws in torch_loads] == [("tuned_lens_io.py", True)]
+    assert [(name, "weights_only" in kws) for name, _, kws in torch_loads] == [("tuned_io.py", True)]
 
 
 @pytest.mark.parametrize("how", ["pickle", "torch.save"])

@@ -113,7 +113,7 @@ def numpy_top1(x) -> float:
 
 
 def massive_by_hand(s, n_layers: int) -> np.ndarray:
-    """engine.massive's rule, a naive loop: a token whose largest |activation| exceeds 100 x its text's median
+    """engine.forward.massive's rule, a naive loop: a token whose largest |activation| exceeds 100 x its text's median
     |activation| (over the text's tokens and every dimension) at a block output 1..n_layers-1 or pre_norm."""
     flagged = np.zeros(len(s.position), dtype=bool)
     for x in (*(s.layers[layer] for layer in range(1, n_layers)), s.pre_norm):
@@ -131,7 +131,7 @@ def test_the_profile_without_position_0_and_massive_tokens_equals_numpy_on_the_t
     import torch
 
     import tiny
-    from layerscope.engine.tokens import token_states
+    from layerscope.engine.forward.tokens import token_states
     from layerscope.studies.anisotropy.analysis import TOKEN_SETS, analyse_states, profiled_tokens
     from layerscope.study import StudyConfig
     from layerscope.study.result import make_table

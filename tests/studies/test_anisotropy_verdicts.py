@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from layerscope.engine.tokens import TokenStates
+from layerscope.engine.forward.tokens import TokenStates
 from layerscope.run import get_study
 from layerscope.studies.anisotropy.analysis import TOKEN_SETS, analyse_model
 from layerscope.study import StudyResult

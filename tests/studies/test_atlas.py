@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import tiny
 from layerscope import load_model
 from layerscope.cli import app
-from layerscope.engine.atlas import atlas_pass
+from layerscope.engine.atlas.stream import atlas_pass
 from layerscope.run import run_study
 from layerscope.study import StudyConfig, StudyResult
 

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 import tiny
 from layerscope import load_model
 from layerscope.cli import app
-from layerscope.engine.atlas import atlas_pass
-from layerscope.engine.tuned_lens import TunedLens
+from layerscope.engine.atlas.stream import atlas_pass
+from layerscope.engine.lenses.tuned import TunedLens
 
 runner = CliRunner()
 LENS_METRICS = ("lens_ce", "lens_entropy", "lens_kl", "lens_top1_agree")

@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from layerscope.data.pairs import Category, PairDataset
-from layerscope.engine.activations import Activations, ExtractSettings
+from layerscope.engine.forward.activations import Activations, ExtractSettings
 from layerscope.models.info import ModelInfo
 from layerscope.studies.divergence import Divergence
 from layerscope.studies.divergence.analysis import analyse_model, interpret, pooling_effect

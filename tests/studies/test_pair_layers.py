@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import synthetic
-from layerscope.engine.layers import ArraySource, LayerStack
+from layerscope.engine.cache.layers import ArraySource, LayerStack
 from layerscope.errors import ExtractionError
 from layerscope.measures.geometry import centroid_asymmetry
 from layerscope.studies.divergence.analysis import analyse_model as divergence

@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from layerscope.data.pairs import Category, PairDataset
-from layerscope.engine.activations import Activations, ExtractSettings
+from layerscope.engine.forward.activations import Activations, ExtractSettings
 from layerscope.models.info import ModelInfo
 from layerscope.studies.scaling import Scaling
 from layerscope.studies.scaling.analysis import analyse_model, assess

@@ -13,8 +13,8 @@ import tiny
 from conftest import error_line
 from layerscope import load_model
 from layerscope.cli import app
-from layerscope.engine.surgery import Intervention
-from layerscope.engine.surgery_run import measure_interventions
+from layerscope.engine.interventions.surgery import Intervention
+from layerscope.engine.interventions.surgery_run import measure_interventions
 from layerscope.study import StudyResult
 
 runner = CliRunner()

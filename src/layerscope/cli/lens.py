@@ -27,7 +27,7 @@ from .app import app, setup_logging, user_errors
 from .extract import MODEL_HELP, DType
 
 if TYPE_CHECKING:
-    from ..engine.lens_prompt import LensTable
+    from ..engine.lenses.prompt import LensTable
 
 TITLE_CHARS = 80
 """The most characters of a prompt a figure's title quotes."""
@@ -59,7 +59,7 @@ def lens_command(
     """Read PROMPT through the model's final norm and head at every layer (the logit lens, as the atlas; with
     --tuned, the tuned lens) and print the layer x position grid of top-1 next tokens; with --out, also a CSV of the
     top-k and a heat map."""
-    from ..engine.lens_prompt import check_top_k, lens
+    from ..engine.lenses.prompt import check_top_k, lens
     from ..models import load_model
 
     setup_logging(verbose)
@@ -83,7 +83,7 @@ def lens_command(
 
 def load_tuned(tuned: str, lm):
     """The tuned lens of ``--tuned``: a folder, or ``auto`` (the cached lens of train-lens's defaults)."""
-    from ..engine.tuned_lens_cache import resolve_lens
+    from ..engine.lenses.tuned_cache import resolve_lens
 
     return resolve_lens(tuned, lm)[0]
 
@@ -153,8 +153,8 @@ def train_lens_command(
     kept in config.json with the budget (tokens per step, token-draws, distinct tokens; the paper: 2^18 tokens per
     step)."""
     started = time.perf_counter()
-    from ..engine.tuned_lens_cache import lens_folder, trained_lens
-    from ..engine.tuned_lens_train import check_settings
+    from ..engine.lenses.tuned_cache import lens_folder, trained_lens
+    from ..engine.lenses.tuned_train import check_settings
     from ..models import load_model
 
     setup_logging(verbose)
@@ -291,7 +291,7 @@ def write_files(table: LensTable, targets: list[Path], model: str, prompts: list
     gets its own files), each file written atomically."""
     import matplotlib
 
-    from ..engine.lens_prompt import show_token
+    from ..engine.lenses.prompt import show_token
     from ..io import atomic_file
     from ..report.lens_figure import lens_figure, save_quietly
 

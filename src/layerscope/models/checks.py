@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ..errors import ModelLoadError, short
+from .info import input_device, probe_ids
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model",
                    "sentencepiece.bpe.model")
@@ -163,8 +164,6 @@ def _storage(tensor: torch.Tensor) -> tuple[int, int, tuple[int, ...]]:
 def check_causal(model: nn.Module, tokenizer, spec: str) -> None:
     """Run a probe text and the same text with its second half changed: a causal LM's hidden
     states on the first half must not move. Raise naming the first layer where they do."""
-    from .info import input_device, probe_ids
-
     ids = probe_ids(model, tokenizer, _PROBE)
     keep = max(1, len(ids) // 2)
     vocab = model.get_input_embeddings().weight.shape[0]

@@ -1,6 +1,6 @@
-"""Facts about a loaded model that every result records.
+"""Facts about a loaded model that every result records (:func:`~.describe.describe` checks and fills them).
 
-    info = describe(model, tokenizer, name="smollm2-135m", source=folder)
+    info = describe(model, tokenizer, name="smollm2-135m", source=folder)    # from .describe
     info.n_layers, info.hidden_size, info.adds_bos, info.last_hidden_normed
     layers = decoder_layers(model)        # the nn.ModuleList of decoder blocks
 """
@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from ..errors import ModelLoadError
-from .checks import check_causal, check_decoder_config
 
 _PROBE_TEXT = "Layer by layer, the model reads this short probe sentence."
 
@@ -139,27 +138,3 @@ def weights_hash(model: nn.Module) -> str:
 def input_device(model: nn.Module) -> torch.device:
     """The device input ids must be on (the embedding's device, also under device_map)."""
     return model.get_input_embeddings().weight.device
-
-
-def describe(model: nn.Module, tokenizer, *, name: str, source: str, revision: str | None = None) -> ModelInfo:
-    """The facts about ``model``; ``ModelLoadError`` if it is not a decoder-only causal LM."""
-    check_decoder_config(model, name)
-    check_causal(model, tokenizer, name)
-    config = text_config(model)
-    dtypes = {p.dtype for p in model.parameters()}
-    return ModelInfo(
-        name=name,
-        source=source,
-        revision=revision,
-        architecture=type(model).__name__,
-        n_layers=len(decoder_layers(model)),
-        hidden_size=int(config.hidden_size),
-        vocab_size=int(model.get_input_embeddings().weight.shape[0]),
-        bos_token_id=tokenizer.bos_token_id,
-        adds_bos=tokenizer_adds_bos(tokenizer),
-        last_hidden_normed=last_hidden_is_normed(model, tokenizer),
-        weights_hash=weights_hash(model),
-        dtype=str(dtypes.pop()).removeprefix("torch.") if len(dtypes) == 1 else "mixed",
-        device=str(input_device(model)),
-        max_positions=max_positions(model),
-    )

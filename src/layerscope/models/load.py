@@ -42,7 +42,8 @@ from .checks import (
     missing_tokenizer,
     pickle_error,
 )
-from .info import ModelInfo, describe
+from .describe import describe
+from .info import ModelInfo
 from .spec import split_revision
 from .zoo import DEFAULT_MODEL, ZOO, converted_gguf, zoo_folder
 

@@ -7,7 +7,7 @@ token written in its cell.
 
 ``probs``: (n_layers + 1, T) top-1 probabilities, row ``l`` = layer ``l`` (drawn bottom to top); ``tokens``:
 (n_layers + 1, T) the top-1 tokens and ``inputs`` the T input tokens, as printable one-line labels (e.g. through
-:func:`layerscope.engine.lens_prompt.show_token`); every label is drawn as plain text, never as mathtext. Sized
+:func:`layerscope.engine.lenses.prompt.show_token`); every label is drawn as plain text, never as mathtext. Sized
 for about 10 positions x 31 layers; larger grids grow the figure.
 """
 
@@ -70,7 +70,7 @@ def save_quietly(fig: Figure, path, **kwargs) -> None:
 def lens_comparison_figure(evaluation: dict, title: str | None = None) -> Figure:
     """``fig = lens_comparison_figure(lens.record["heldout"])``: held-out KL to the final distribution (left) and
     cross-entropy (right), bits per token, per hidden state, logit lens vs tuned lens, each with its bootstrap
-    band; ``evaluation`` is :meth:`~layerscope.engine.tuned_lens_eval.LensEvaluation.to_dict`'s plain dict."""
+    band; ``evaluation`` is :meth:`~layerscope.engine.lenses.tuned_eval.LensEvaluation.to_dict`'s plain dict."""
     states = np.asarray(evaluation["states"])
     fig, axes = figure(1, 2, (11, 4.2))
     for ax, metric, label in ((axes[0, 0], "kl", "KL(final || lens), bits/token"),

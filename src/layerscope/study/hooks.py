@@ -3,6 +3,7 @@
     hooks.study_class("divergence")        # the class that runs under a name (the registry's discovery)
     hooks.write(result, Path("runs/x"))    # what StudyResult.write does (the run-folder writer)
     hooks.html(result)                     # what a result shows in a notebook (the page renderer)
+    hooks.runner_name("run_study")         # a name of layerscope.run (for the names layerscope.studies once held)
 
 A :class:`~layerscope.study.StudyConfig` needs a study's settings class by name, a result writes itself and
 shows itself in Jupyter; all three are done by code above the study API (``layerscope.run``), which imports the
@@ -20,10 +21,10 @@ _jobs: dict[str, Callable[..., Any]] = {}
 
 
 def connect(**jobs: Callable[..., Any]) -> None:
-    """``connect(study_class=f, write=g, html=h)``: who does each job (a later call replaces one)."""
-    unknown = set(jobs) - {"study_class", "write", "html"}
+    """``connect(study_class=f, write=g, html=h, runner_name=r)``: who does each job (a later call replaces one)."""
+    unknown = set(jobs) - {"study_class", "write", "html", "runner_name"}
     if unknown:
-        raise TypeError(f"unknown hook {sorted(unknown)[0]!r}; the hooks are study_class, write and html")
+        raise TypeError(f"unknown hook {sorted(unknown)[0]!r}; the hooks are study_class, write, html and runner_name")
     _jobs.update(jobs)
 
 
@@ -45,3 +46,8 @@ def write(result: Any, out: Any, force: bool = False) -> Any:
 
 def html(result: Any) -> str:
     return _job("html")(result)
+
+
+def runner_name(name: str) -> Any:
+    """The object ``layerscope.run`` holds under ``name``."""
+    return _job("runner_name")(name)

@@ -192,7 +192,7 @@ POOLING_HELP = "Pooling for the pair-level and profile analyses: mean, last, fir
 
 
 def check_pooling(pooling: str) -> None:
-    from ..engine.pooling import POOLINGS
+    from ..engine.forward.pooling import POOLINGS
 
     if pooling not in POOLINGS:
         raise ConfigError(f"unknown pooling {short(pooling)}; use {', '.join(POOLINGS[:-1])} or {POOLINGS[-1]}")

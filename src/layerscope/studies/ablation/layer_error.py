@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from ...data.languages import LanguageTexts
-from ...engine.batching import Batch
-from ...engine.prefix import hidden_of
+from ...engine.forward.batching import Batch
+from ...engine.interventions.prefix import hidden_of
 from ...models import LoadedModel, decoder_layers
 from ...quant import WeightSnapshot, quantize_layers, sqnr_db, target_params, weight_rel_err
 from .configs import Variant

@@ -8,9 +8,9 @@
 Prefix reuse: a configuration whose first quantized layer is k computes layers 0..k-1 exactly as the baseline
 did, and one that agrees with an earlier configuration on layers 0..k-1 (the same layers quantized the same
 way) computes them as that one did. The passes are ordered so neighbours share the longest prefix
-(:mod:`~layerscope.engine.prefix_plan`), each pass keeps the residual streams later passes start from, and a
-pass starting at k runs only layers k.. (:mod:`~layerscope.engine.prefix`). At most ``budget_bytes`` of host
-memory hold kept streams; a pass whose stream does not fit runs whole. ``prefix_reuse=False``: every pass whole.
+(:mod:`~layerscope.engine.interventions.prefix_plan`), each pass keeps the residual streams later passes start from, and
+a pass starting at k runs only layers k.. (:mod:`~layerscope.engine.interventions.prefix`). At most ``budget_bytes`` of
+host memory hold kept streams; a pass whose stream does not fit runs whole. ``prefix_reuse=False``: every pass whole.
 
 Weights: before each pass only the layers it quantizes (from its start on) are copied, then quantized, and put
 back after it, so memory holds one configuration's changed layers at a time. The baseline is scored once and
@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from ...data.languages import LanguageTexts
-from ...engine.prefix_plan import plan_passes
-from ...engine.scoring import Scorer
+from ...engine.interventions.prefix_plan import plan_passes
+from ...engine.interventions.scoring import Scorer
 from ...errors import ExtractionError
 from ...models import LoadedModel, decoder_layers
 from ...progress import steps
@@ -61,7 +61,7 @@ def passes(configs: dict[str, LayerConfig], variants: list[Variant]) -> list[tup
 
 def signatures_of(jobs: list[tuple[Variant | None, LayerConfig]], variants: list[Variant], n: int) -> list[tuple]:
     """Per pass, per decoder layer: None (original weights) or the index of the variant quantizing it
-    (:func:`~layerscope.engine.prefix_plan.plan_passes`)."""
+    (:func:`~layerscope.engine.interventions.prefix_plan.plan_passes`)."""
     return [tuple(None if v is None or i not in c.quantize else variants.index(v) for i in range(n)) for v, c in jobs]
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...data.prompts import load_prompts
-from ...engine.tokens import token_states
+from ...engine.forward.tokens import token_states
 from ...study.base import Study
 from ...study.config import StudyConfig
 from ...study.manifests import manifest, model_entry

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy import stats
 
-from ...engine.tokens import TokenStates
+from ...engine.forward.tokens import TokenStates
 from ...errors import LayerscopeError
 from ...measures.spectrum import anisotropy_metrics
 from ...report.markdown import number
@@ -289,7 +289,7 @@ def corrected_analysis(name: str, n_layers: int, states: TokenStates, token_sets
     the bell label hold without position 0, without massive tokens, without both and after the final norm."""
     if states.pre_norm is None:
         raise LayerscopeError(f"anisotropy, {name}: the token states hold no pre-norm final state; build them with "
-                              "engine.tokens.token_states (or pass pre_norm), or use compat='seed'")
+                              "engine.forward.tokens.token_states (or pass pre_norm), or use compat='seed'")
     check_states(name, states, pre_norm=True)
     flags, flag_layers = massive_flags(states, n_layers)
     massive, flagged = massive_summary(flags, flag_layers, states, decode), flags.any(axis=0)

@@ -15,8 +15,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from ...engine.massive import MASSIVE_RATIO, massive_tokens
-from ...engine.tokens import TokenStates
+from ...engine.forward.massive import MASSIVE_RATIO, massive_tokens
+from ...engine.forward.tokens import TokenStates
 from ...measures.spectrum import covariance_spectrum, metrics_from_spectrum
 from ...study.sensitivity import check_entry
 from .summary import Bell, Driver, LStarCheck, Massive, TokenSet
@@ -47,8 +47,8 @@ NO_DRIVER = Exclusion("none", "none of these", "", None)
 
 
 def massive_flags(states: TokenStates, n_layers: int) -> tuple[np.ndarray, list[int]]:
-    """Massive-activation tokens (``engine.massive.massive_tokens`` at ``MASSIVE_RATIO``, per text) at each decoder
-    block output 1..n_layers-1 and the last block's output before the final norm (listed as layer ``n_layers``).
+    """Massive-activation tokens (``engine.forward.massive.massive_tokens`` at ``MASSIVE_RATIO``, per text) at each
+    decoder block output 1..n_layers-1 and the last block's output before the final norm (listed as layer ``n_layers``).
 
     Returns (len(layers), n_tokens) bool and those layers; the embeddings (0) and the post-norm state are left out.
     """

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...data.texts import MIN_TEXTS, load_texts
-from ...engine.atlas import atlas_pass
-from ...engine.atlas_sums import CONVENTIONS
-from ...engine.tuned_lens_cache import resolve_lens
+from ...engine.atlas.stream import atlas_pass
+from ...engine.atlas.sums import CONVENTIONS
+from ...engine.lenses.tuned_cache import resolve_lens
 from ...errors import short
 from ...measures.intrinsic import ESTIMATORS
 from ...study.base import Study

@@ -1,4 +1,5 @@
-"""The atlas's table rows and summary from one model's streamed pass (:func:`layerscope.engine.atlas.atlas_pass`).
+"""The atlas's table rows and summary from one model's streamed pass
+(:func:`layerscope.engine.atlas.stream.atlas_pass`).
 
     summary, rows = analyse_pass("smollm2-135m", measured, seed=42, n_resamples=200)    # measured: an AtlasPass
     rows += cross_model_rows({"a": (30, layers_a, pooled_a), "b": (18, layers_b, pooled_b)}, seed=42)
@@ -21,9 +22,9 @@ import time
 
 import numpy as np
 
-from ...engine.atlas import AtlasPass
-from ...engine.massive import MASSIVE_RATIO
-from ...engine.massive_profile import CLASSES
+from ...engine.atlas.massive_profile import CLASSES
+from ...engine.atlas.stream import AtlasPass
+from ...engine.forward.massive import MASSIVE_RATIO
 from ...measures.cka_debiased import debiased_cka_matrix, random_cka_baseline
 from ...measures.entropy import matrix_entropy
 from ...measures.intrinsic import twonn_dimension

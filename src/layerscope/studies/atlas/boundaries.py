@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...engine.atlas import AtlasPass
+from ...engine.atlas.stream import AtlasPass
 from ...measures.boundaries import CONSENSUS, BoundaryFit, bootstrap_boundaries, lower_median
 from ...measures.changepoints import thirds
 from ...study.result import layer_row

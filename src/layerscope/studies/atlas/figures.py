@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from ...engine.massive_profile import CLASSES
+from ...engine.atlas.massive_profile import CLASSES
 from ...report.plotting import figure, figure_slug
 from ...study.result import StudyResult
 from .summary import AtlasSummary

@@ -8,7 +8,7 @@ over texts (the lens, and the tuned lens when the pass had one, block influence,
 entropy) weight each text by its count; the massive ratio is the weighted median. Measures computed over all texts
 at once (debiased CKA with the next layer, TwoNN, dataset entropy) take each drawn text once: a repeated text is a
 duplicate point, which TwoNN cannot use and the unbiased HSIC would count as a pair. The covariance top-1 share of a
-resample is its Rayleigh-Ritz value (:mod:`layerscope.engine.atlas_sums`); row 0 is always the pass's exact value.
+resample is its Rayleigh-Ritz value (:mod:`layerscope.engine.atlas.sums`); row 0 is always the pass's exact value.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ...engine.atlas import AtlasPass
+from ...engine.atlas.stream import AtlasPass
 from ...measures.cka_debiased import debiased_cka_from_grams, gram
 from ...measures.entropy import gram_entropy, matrix_entropy
 from ...measures.intrinsic import pairwise_distances, twonn_from_distances

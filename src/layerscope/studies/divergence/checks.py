@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...engine.forward.pooling import POOLINGS
 from ...stats import pearson
 from ...study.finite import check_values
 from ...study.result import layer_row
@@ -28,8 +29,8 @@ from ..shared.categories import category_ua
 from ..shared.correlation import Significance
 from ..shared.inputs import NORM_CHECK, PairRun, check_runs
 from ..shared.subsets import subset_name, with_stage
-from .analysis import POOLINGS, tested_profile, verdict, verdict_key
 from .summary import Check, DivergenceModel, PoolingVerdict, SignChange, headline_entry
+from .verdicts import tested_profile, verdict, verdict_key
 
 
 def add_checks(summary: DivergenceModel, run: PairRun, layers: list[int],

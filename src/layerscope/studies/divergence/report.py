@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...engine.pooling import POOLINGS
+from ...engine.forward.pooling import POOLINGS
 from ...report.markdown import md_table, md_text, method_line, number, signed
 from ...study.result import StudyResult
 from ..shared.caveats import legend_lines, warning_lines

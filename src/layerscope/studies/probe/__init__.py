@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ...data import load_pairs
 from ...engine import extract
-from ...engine.probing import state_vectors
+from ...engine.forward.probing import state_vectors
 from ...study.base import Study
 from ...study.config import StudyConfig
 from ...study.manifests import dataset_entry, manifest, model_entry

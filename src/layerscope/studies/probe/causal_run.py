@@ -3,9 +3,9 @@
     contrasts = [Contrast(task, X, chosen_c, checks={...}), ...]
     out = run_causal(lm, contrasts, options)      # {contrast name: {"records": [...], "split": ..., "checks": ...}}
 
-One :class:`~layerscope.engine.interventions.Interventions` object holds every contrast's held-out texts, and each
-edit gives every text its own contrast's vector, so one pass tests all contrasts at once. Per state s (0, k, 2k,
-... and L; ``every``) the passes are: removal of u (or the LEACE eraser), removal of each null direction, the
+One :class:`~layerscope.engine.interventions.edit_scores.Interventions` object holds every contrast's held-out texts,
+and each edit gives every text its own contrast's vector, so one pass tests all contrasts at once. Per state s (0, k,
+2k, ... and L; ``every``) the passes are: removal of u (or the LEACE eraser), removal of each null direction, the
 interchange, steering along u and along the logistic direction at +-alpha * r_s for every alpha, steering along
 each null direction at +-test_alpha * r_s, and (s >= 1) block s - 1 skipped. r_s is the mean per-token residual
 norm at state s over the contrast's training texts (position 0 left out unless ``include_pos0``). Every edit
@@ -24,7 +24,7 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
-from ...engine.interventions import Interventions, add, oblique, project_out, set_component, token_norms
+from ...engine.interventions.edit_scores import Interventions, add, oblique, project_out, set_component, token_norms
 from ...progress import steps
 from .causal_design import Directions, Split, leace_eraser, null_labels, split_contrast, state_directions
 from .causal_record import LEVEL, Texts, finish_q, rec, skip_records, state_records, tested

@@ -43,8 +43,8 @@ def category_ua(a, b, cats: np.ndarray, n_cat: int, layers: Sequence[int]) -> np
     """UA per category at each of ``layers``: uniformity of its A statements minus that of its B statements.
 
     ``category_ua(run.a("mean"), run.b("mean"), cats, n_cat, [0, 4, 8])``. a, b: (n_pairs, n_layers + 1, d)
-    :class:`~..engine.layers.LayerStack` (or arrays), read one layer at a time (``a[:, l]``: (n_pairs, d)), so only
-    ``layers`` are ever read; cats: (n_pairs,) category index -> (n_cat, len(layers)), column j = layer
+    :class:`~layerscope.engine.cache.layers.LayerStack` (or arrays), read one layer at a time (``a[:, l]``: (n_pairs,
+    d)), so only ``layers`` are ever read; cats: (n_pairs,) category index -> (n_cat, len(layers)), column j = layer
     ``layers[j]``.
     """
     ua = np.empty((n_cat, len(layers)))

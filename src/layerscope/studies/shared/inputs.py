@@ -21,7 +21,7 @@ import numpy as np
 
 from ...data import PairDataset
 from ...engine import Activations, extract
-from ...engine.layers import LayerStack
+from ...engine.cache.layers import LayerStack
 from ...models import ModelInfo
 from ...study.config import ConfigError, StudyConfig, select_layers
 from ...study.manifests import add_timings, dataset_entry, manifest, model_entry

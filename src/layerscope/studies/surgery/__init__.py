@@ -17,8 +17,8 @@ import numpy as np
 from ...data.languages import load_languages
 from ...data.prompts import load_prompts
 from ...data.texts import TextSet, load_texts
-from ...engine.surgery_run import distinct, measure_interventions, surgery_plan
-from ...engine.transitions import block_transitions
+from ...engine.interventions.surgery_run import distinct, measure_interventions, surgery_plan
+from ...engine.interventions.transitions import block_transitions
 from ...errors import DatasetError, short, spelled
 from ...models.info import decoder_layers
 from ...progress import note

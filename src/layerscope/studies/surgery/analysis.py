@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...engine.surgery_run import SurgeryMeasures
-from ...engine.transitions import Transitions
+from ...engine.interventions.surgery_run import SurgeryMeasures
+from ...engine.interventions.transitions import Transitions
 from ...measures.changepoints import piecewise_linear_breaks
 from ...measures.paired import group_difference, paired_effects, placement_test, rank_sum_p
 from ...stats import bh_qvalues, percentile_ci, spearman

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...engine.surgery import Intervention
-from ...engine.transitions import Transitions
+from ...engine.interventions.surgery import Intervention
+from ...engine.interventions.transitions import Transitions
 from ...measures.pruning import closest_block, lowest_influence, random_sets
 
 KINDS = ("skip", "repeat", "swap", "prune")

@@ -1,0 +1,79 @@
+import math
+
+import numpy as np
+import torch
+
+from layerscope.engine.forward.batching import collate
+from layerscope.engine.forward.pooling import mean_mask, pool, token_nll
+
+BOS = 1
+
+
+def batch(side="right"):
+    # text 0 starts with BOS, text 1 does not; text 1 is padded
+    return collate([[BOS, 4, 5], [6, 7]], np.array([0, 1]), pad_id=0, side=side)
+
+
+def test_mean_mask_drops_bos_by_id_and_seed_drops_token_0_always():
+    for side in ("right", "left"):
+        b = batch(side)
+        real = b.attention_mask.bool()
+        default = mean_mask(b, BOS)
+        seed = mean_mask(b, BOS, compat="seed")
+        # text 0: BOS dropped in both modes; text 1: kept by default, dropped by seed
+        assert default[0].sum() == 2 and seed[0].sum() == 2
+        assert default[1].sum() == 2 and seed[1].sum() == 1
+        assert not (default & ~real).any() and not (seed & ~real).any()
+    b = batch("right")
+    assert mean_mask(b, None)[0].sum() == 3  # a tokenizer without BOS: nothing dropped
+
+
+def test_pool_by_hand_and_pad_positions_cannot_leak():
+    b = batch("right")
+    hidden = torch.tensor([
+        [[1.0, 1.0], [2.0, 4.0], [3.0, 6.0]],
+        [[10.0, 0.0], [20.0, 2.0], [float("nan"), float("inf")]],  # last column is padding
+    ])
+    out = pool(hidden, b, mean_mask(b, BOS), ("mean", "last", "first"))
+    assert out["mean"].tolist() == [[2.5, 5.0], [15.0, 1.0]]
+    assert out["last"].tolist() == [[3.0, 6.0], [20.0, 2.0]]
+    assert out["first"].tolist() == [[1.0, 1.0], [10.0, 0.0]]
+
+
+def test_token_nll_by_hand():
+    b = batch("left")  # text 1 = [pad, 6, 7]
+    logits = torch.zeros(2, 3, 8)
+    logits[0, 0, 4] = 2.0  # predicts token 4 after BOS
+    logits[1, 1, 7] = 1.0  # predicts token 7 after token 6
+    logits[1, 0, :] = float("nan")  # the pad position's prediction must not count
+    nll_sum, n = token_nll(logits, b)
+    lse2, lse1 = math.log(7 + math.e**2), math.log(7 + math.e)
+    # text 0: -log p(4 | BOS) + -log p(5 | 4), the second step uniform over 8 tokens
+    assert n.tolist() == [2, 1]
+    assert abs(nll_sum[0].item() - (lse2 - 2.0 + math.log(8))) < 1e-6
+    assert abs(nll_sum[1].item() - (lse1 - 1.0)) < 1e-6
+
+
+def test_a_stack_of_layers_pools_like_a_loop_over_layers_and_tokens():
+    """pool() on (G, B, T, d): each layer's vectors equal a float64 loop over the masked tokens (NaN at padding in one
+    layer, inf at a real token in another, which makes only that text's mean NaN)."""
+    rng = np.random.default_rng(3)
+    b = collate([[BOS, 4, 5, 6], [7, 8], [9, 3, 2]], np.array([0, 1, 2]), pad_id=0, side="left")
+    real = b.attention_mask.bool().numpy()
+    states = rng.normal(size=(3, 3, 4, 5)).astype(np.float32)
+    states[0][~real] = np.nan
+    states[2, 2, -1, 1] = np.inf  # text 2's last token, layer 2
+    mask = mean_mask(b, BOS)
+    out = pool(torch.from_numpy(states), b, mask, ("mean", "last", "first"))
+    for g in range(3):
+        for i in range(3):
+            tokens = np.flatnonzero(mask[i].numpy())
+            want = states[g, i, tokens].astype(np.float64).mean(axis=0)
+            got = out["mean"][g, i].numpy()
+            if g == 2 and i == 2:
+                assert np.isnan(got).all()
+            else:
+                np.testing.assert_allclose(got, want, rtol=1e-6)
+            positions = np.flatnonzero(real[i])
+            np.testing.assert_array_equal(out["last"][g, i].numpy(), states[g, i, positions[-1]])
+            np.testing.assert_array_equal(out["first"][g, i].numpy(), states[g, i, positions[0]])
