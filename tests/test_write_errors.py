@@ -283,3 +283,78 @@ def test_a_suite_whose_config_cannot_be_written_is_one_line(tmp_path, monkeypatc
     assert line.startswith(f"error: cannot write out: {CAUSES[code][0]}; ") and "choose another --out" in line
     assert_names(line, "out", code)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["suite.yaml"]  # no out/, no .out.partial
+
+
+# -- lens --out, report and sweep: their own files cannot be written --
+
+@pytest.fixture
+def failing_temp(monkeypatch):
+    """``failing_temp(code, suffixes)``: ``atomic_file``'s temp file (``.NAME.XXXX.tmp``) for a file whose name
+    ends with one of ``suffixes`` (e.g. ``lens.csv``) cannot be made: it fails with ``code``, as the first write
+    into a folder would."""
+    import tempfile
+
+    mkstemp = tempfile.mkstemp
+
+    def fail_with(code: int, suffixes: tuple[str, ...]) -> None:
+        def failing(*args, prefix=None, **kwargs):
+            if prefix is not None and prefix[1:-1].endswith(suffixes):
+                raise os_error(code)
+            return mkstemp(*args, prefix=prefix, **kwargs)
+        monkeypatch.setattr(tempfile, "mkstemp", failing)
+    return fail_with
+
+
+@ERRNOS
+def test_lens_with_an_unwritable_out_is_one_line(tmp_path, monkeypatch, failing_temp, model, code):
+    monkeypatch.chdir(tmp_path)
+    failing_temp(code, ("lens.csv",))
+    result = runner.invoke(app, ["lens", "The cat sat", "--model", model, "--out", "out"])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    line = result.output.splitlines()[-1]  # after the grid it prints
+    assert line.startswith(f"error: cannot write out: {CAUSES[code][0]}; ") and "choose another --out" in line
+    assert_names(line, "out", code)
+    assert not list((tmp_path / "out").glob("lens*"))  # nothing half-written
+
+
+@ERRNOS
+def test_report_of_an_unwritable_run_folder_is_one_line(tmp_path, failing_temp, finished, code):
+    import shutil
+
+    folder = shutil.copytree(finished, tmp_path / "div")
+    before = {p.name: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    failing_temp(code, ("index.html",))
+    line = error_line(runner.invoke(app, ["report", str(folder)]))
+    assert_names(line, folder, code)
+    assert "copy the run folder to another folder" in line
+    failing_temp(code, (".svg",))
+    line = error_line(runner.invoke(app, ["report", str(folder), "--figure-format", "svg"]))
+    assert_names(line, folder, code)
+    assert {p.name: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+
+
+def sweep_file(tmp_path, model) -> str:
+    (tmp_path / "sweep.yaml").write_text(f"study: divergence\nmodels: [{model}]\nn_permutations: 100\n")
+    return "sweep.yaml"
+
+
+@ERRNOS
+def test_a_sweep_whose_folder_cannot_be_prepared_is_one_line(tmp_path, monkeypatch, failing_temp, model, code):
+    monkeypatch.chdir(tmp_path)
+    failing_temp(code, ("config.yaml",))
+    line = error_line(runner.invoke(app, ["sweep", "--config", sweep_file(tmp_path, model), "--out", "out"]))
+    assert line.startswith(f"error: cannot write out: {CAUSES[code][0]}; ") and "choose another --out" in line
+    assert_names(line, "out", code)
+
+
+def test_a_sweep_whose_table_cannot_be_gathered_is_one_line(tmp_path, monkeypatch, failing_temp, model,
+                                                             shared_cache):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LAYERSCOPE_CACHE", str(shared_cache))
+    failing_temp(errno.EFBIG, ("table.csv",))
+    result = runner.invoke(app, ["sweep", "--config", sweep_file(tmp_path, model), "--out", "out"])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert line.startswith(f"error: cannot write out: {CAUSES[errno.EFBIG][0]}; ")
+    assert_names(line, "out", errno.EFBIG)
+    assert not (tmp_path / "out" / "table.csv").exists()

@@ -3,6 +3,8 @@
 import pytest
 import torch
 
+import syncs as sync_counter
+
 
 @pytest.fixture
 def one_torch_thread(monkeypatch):
@@ -12,3 +14,9 @@ def one_torch_thread(monkeypatch):
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def syncs(monkeypatch):
+    """A :class:`syncs.Syncs` counting the host syncs a call makes (tests/syncs.py)."""
+    return sync_counter.install(monkeypatch)

@@ -77,7 +77,10 @@ def lens_command(
             typer.echo(f"\ntext {i + 1}: {text}")
         typer.echo(table.grid(key))
     if out:
-        write_files(table, targets, lm.info.name, prompts)
+        from ..io import worded_writes
+
+        with worded_writes(out):  # a full disk, a file-size limit, a read-only folder...: one error naming --out
+            write_files(table, targets, lm.info.name, prompts)
         typer.echo(f"\nwrote {', '.join(str(p) for p in targets)}")
 
 

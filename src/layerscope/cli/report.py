@@ -24,6 +24,7 @@ def report_command(
                                       "existing ones. The page then shows the SVG of a figure that has one."),
 ) -> None:
     """Rebuild FOLDER/index.html from the run folder's result.json, table.csv, figures and report.md."""
+    from ..io import worded_writes
     from ..run.output import rewrite_figures
     from ..run.pages import write_index
     from ..study.config import figure_formats  # the studies (and torch) only when the command runs
@@ -31,7 +32,11 @@ def report_command(
     formats = figure_formats(figure_format) if figure_format is not None else None
     if not folder.is_dir():
         raise OutputError(f"{folder} is not a folder; pass the run folder that `layerscope run` wrote")
+    elsewhere = "copy the run folder to another folder"  # the fix, completed by what that folder needs
     if formats is not None:
-        written = rewrite_figures(folder, formats)
+        with worded_writes(folder, elsewhere):
+            written = rewrite_figures(folder, formats)
         typer.echo(f"wrote {len(written)} figure files ({', '.join(formats)})")
-    typer.echo(f"wrote {write_index(folder)}")
+    with worded_writes(folder, elsewhere):
+        index = write_index(folder)
+    typer.echo(f"wrote {index}")

@@ -33,6 +33,7 @@ from ..io import (
     read_marker,
     remove_dir,
     resolve_out,
+    worded_writes,
     write_marker,
 )
 from ..paths import name_problem, safe_slug
@@ -60,7 +61,8 @@ def run_sweep(plan: SweepPlan, out: Path, force: bool = False, echo: Callable[[s
     is a symbolic link is written through: the folder it points to is the sweep folder, the link stays."""
     out = resolve_out(out)
     check_inputs(plan.study_config)  # a bad dataset or reference fails before any task starts
-    prepare_out(plan, out, force, inputs)
+    with worded_writes(out):  # a full disk, a file-size limit, a read-only folder...: one error naming out
+        prepare_out(plan, out, force, inputs)
     tasks = plan.tasks(out)
     todo = [t for t in tasks if not t.done()]
     outcomes = {t.spec: {"spec": t.spec, "status": "reused", "error": None, "seconds": None}
@@ -76,7 +78,8 @@ def run_sweep(plan: SweepPlan, out: Path, force: bool = False, echo: Callable[[s
                 bar.write(f"{outcome['spec']}: FAILED: {outcome['error']}")
             else:
                 bar.write(f"{outcome['spec']}: done in {outcome['seconds']:.1f} s")
-    summary = gather(plan, out, outcomes, time.perf_counter() - start)
+    with worded_writes(out):
+        summary = gather(plan, out, outcomes, time.perf_counter() - start)
     return summary
 
 

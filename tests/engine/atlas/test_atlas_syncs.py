@@ -17,11 +17,6 @@ Ritz directions and the spectra, whose ``eigh`` / ``eigvalsh`` calls are split b
 layers).
 """
 
-import collections
-import functools
-import sys
-import threading
-
 import numpy as np
 import pytest
 import torch
@@ -30,63 +25,8 @@ import tiny
 from layerscope.engine.atlas.stream import atlas_pass
 from layerscope.engine.forward.batching import collate, pad_id, tokenize
 
-METHODS = ("cpu", "item", "tolist", "numpy", "__bool__", "__int__", "__float__", "nonzero")
-BLACK_BOX = "massive.py"
-"""Calls from inside this module are not counted (module docstring)."""
 ADDED_PER_BATCH = 3
 """Syncs the atlas may add to a bare forward per batch: the finiteness check and the one copy back (2 calls)."""
-
-
-class Syncs:
-    """Counts the wrapped calls while :attr:`on` (main thread, outside :data:`BLACK_BOX`)."""
-
-    def __init__(self):
-        self.calls: collections.Counter = collections.Counter()
-        self.on = False
-
-    def counting(self) -> bool:
-        if not self.on or threading.current_thread() is not threading.main_thread():
-            return False
-        frame = sys._getframe(2)
-        while frame is not None:
-            if frame.f_code.co_filename.endswith(BLACK_BOX):
-                return False
-            frame = frame.f_back
-        return True
-
-    def wrap(self, name, fn, when=lambda *args: True):
-        @functools.wraps(fn)
-        def counted(*args, **kwargs):
-            if self.on and when(*args) and self.counting():
-                self.calls[name] += 1
-            return fn(*args, **kwargs)
-        return counted
-
-    def run(self, what) -> int:
-        self.calls.clear()
-        self.on = True
-        try:
-            what()
-        finally:
-            self.on = False
-        return sum(self.calls.values())
-
-
-def bool_mask(_tensor, index, *_value) -> bool:
-    indices = index if isinstance(index, tuple) else (index,)
-    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool and i.dim() > 0 for i in indices)
-
-
-@pytest.fixture
-def syncs(monkeypatch):
-    counter = Syncs()
-    for name in METHODS:
-        monkeypatch.setattr(torch.Tensor, name, counter.wrap(name, getattr(torch.Tensor, name)))
-    for name in ("__getitem__", "__setitem__"):
-        monkeypatch.setattr(torch.Tensor, name, counter.wrap("mask_index", getattr(torch.Tensor, name), bool_mask))
-    monkeypatch.setattr(torch, "nonzero", counter.wrap("nonzero", torch.nonzero))
-    monkeypatch.setattr(torch.cuda, "synchronize", counter.wrap("synchronize", torch.cuda.synchronize))
-    return counter
 
 
 def bare(lm, batch_size):

@@ -167,3 +167,32 @@ def test_html_escapes_every_token():
     page = table._repr_html_()
     assert "<script>" not in page and "&lt;script&gt;" in page and "&lt;b&gt;x" in page and "&amp;amp" in page
     assert page.count("<tr>") == 3  # the header and one row per layer
+
+
+def test_one_prompt_waits_on_its_device_once_whatever_the_layers(syncs):
+    """lens_top copies every layer's top-k and finiteness flag to the host in one go (it did once per layer): the
+    syncs it adds to a bare forward of the prompt do not grow with the layers (counted as tests/syncs.py says)."""
+    from layerscope.engine.lenses.prompt import lens_top
+
+    added = []
+    for n_layers in (2, 5):
+        lm = tiny.tiny_lm("llama", adds_bos=True, n_layers=n_layers)
+        ids = lm.tokenizer(TEXT)["input_ids"]
+        lens_top(lm, ids, TOP_K)  # a model's first pass takes paths the later ones do not
+        with torch.no_grad():
+            bare = syncs.run(lambda lm=lm, ids=ids: lm.model(input_ids=torch.tensor([ids]), output_hidden_states=True,
+                                                             use_cache=False))
+            added.append(syncs.run(lambda lm=lm, ids=ids: lens_top(lm, ids, TOP_K)) - bare)
+    assert added[0] == added[1] <= 2, (added, syncs.calls)
+
+
+@pytest.mark.parametrize("block", [0, 2])
+def test_a_nan_weight_is_named_at_the_first_layer_it_reaches(block):
+    """A NaN planted in decoder block ``block``'s MLP reaches hidden state ``block + 1`` first: the lens names it."""
+    lm = tiny.tiny_lm("llama", adds_bos=True, n_layers=4)
+    lens(lm, TEXT, top_k=TOP_K)  # the final norm is found (by a probe pass) while the weights are finite
+    with torch.no_grad():
+        lm.model.model.layers[block].mlp.down_proj.weight[:, 0] = float("nan")
+    named = rf"NaN or inf hidden state at layer {block + 1} of 0\.\.4 .*\(\"{TEXT}\"\)"
+    with pytest.raises(ExtractionError, match=named):
+        lens(lm, TEXT, top_k=TOP_K)

@@ -200,19 +200,23 @@ def lens_top(lm: LoadedModel, ids: Sequence[int], top_k: int, label: str = "the 
     x = torch.tensor([list(ids)], device=input_device(lm.model))
     out = lm.model(input_ids=x, output_hidden_states=True, use_cache=False)
     head, norm = lm.model.get_output_embeddings(), final_norm(lm)
-    probs, tops = [], []
+    rows, finite = [], []
     for layer in range(n_layers + 1):
         h = out.hidden_states[layer][0]
         logits = (out.logits[0] if layer == n_layers else
                   layer_logits(lm, layer, h, head=head, norm=norm) if tuned is None else
                   tuned.logits(layer, h, lm=lm, head=head, norm=norm))
         p = torch.softmax(logits.float(), dim=-1)  # (T, vocab)
-        if not bool(torch.isfinite(p).all()):
-            raise nonfinite_error(lm, label, layer)
+        finite.append(torch.isfinite(p).all())
         top = p.topk(top_k, dim=-1)
-        probs.append(top.values.cpu())
-        tops.append(top.indices.cpu())
-    return torch.stack(probs).numpy(), torch.stack(tops).numpy()
+        rows.append(torch.cat([top.values.double(), top.indices.double()], dim=-1))  # (T, 2 top_k), exact
+    # one copy to the host per call (float64 holds float32 probabilities and token ids below 2^53 exactly)
+    host = torch.cat([torch.stack(finite).double(), torch.stack(rows).flatten()]).cpu().numpy()
+    ok = host[: n_layers + 1] == 1
+    if not ok.all():
+        raise nonfinite_error(lm, label, int(np.argmin(ok)))
+    grid = host[n_layers + 1:].reshape(n_layers + 1, len(ids), 2 * top_k)
+    return grid[..., :top_k].astype(np.float32), grid[..., top_k:].astype(np.int64)
 
 
 def check_top_k(top_k: int, vocab: int | None = None, model: str | None = None) -> None:
