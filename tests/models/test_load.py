@@ -91,3 +91,26 @@ def test_weights_offloaded_by_device_map_are_a_clear_error(saved_model, tmp_path
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", no_room)
     message = error_of(str(saved_model), device_map="auto")
     assert "offloaded part of" in message and "more GPUs" in message
+
+
+def hooks(model: torch.nn.Module) -> int:
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._forward_hooks_with_kwargs)
+               for m in model.modules())
+
+
+def test_the_load_checks_leave_no_hook_on_the_model(saved_model):
+    """The checks ask for hidden states, which makes transformers hook every block; load_model takes those off, so
+    the model it returns is hooked as a plain transformers load of the same folder is (not at all), and asking
+    for hidden states later still gives transformers' own."""
+    from transformers import AutoModelForCausalLM
+
+    lm = load_model(str(saved_model))
+    plain = AutoModelForCausalLM.from_pretrained(saved_model).eval()
+    assert hooks(lm.model) == hooks(plain) == 0
+    ids = torch.tensor([[1, 5, 7, 9, 11]])
+    with torch.no_grad():
+        ours, theirs = (m(input_ids=ids, output_hidden_states=True, use_cache=False) for m in (lm.model, plain))
+    assert len(ours.hidden_states) == len(theirs.hidden_states) == lm.info.n_layers + 1
+    for a, b in zip(ours.hidden_states, theirs.hidden_states, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert hooks(lm.model) == hooks(plain) > 0  # transformers hooked both again, as it does
