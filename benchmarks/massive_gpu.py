@@ -90,6 +90,15 @@ def main() -> int:
         print(f"{str(dtype).removeprefix('torch.'):>8}: {m0} {t0:.3f} ms/layer, {m1} {t1:.3f} ms/layer "
               f"({t0 / t1:.2f}x); flags differing from np.median: {m0} {d0}, {m1} {d1} of {int(real.sum())} "
               f"({int(expect.sum())} massive); count: {synced}")
+    h, real = states(rng, args.texts, args.tokens, args.d, torch.bfloat16, "cuda")
+    for method in ("count", "bits16"):  # where the time goes
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                massive_mask(h, real, method=method)
+            torch.cuda.synchronize()
+        print(f"\n{method}, bfloat16, 5 calls:")
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=50))
     return 1 if failed else 0
 
 

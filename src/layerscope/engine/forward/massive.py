@@ -95,53 +95,66 @@ def _count_flags(hidden: torch.Tensor, real: torch.Tensor, ratio: float) -> torc
     B, T, d = hidden.shape
     if hidden.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         hidden = hidden.float()
-    values = hidden.abs().masked_fill_(~real[..., None], torch.inf)  # (B, T, d) in the states' dtype
-    peak = torch.where(real, hidden.abs().amax(dim=-1).float(), torch.nan)  # (B, T); NaN stays NaN
+    values = hidden.abs()  # (B, T, d) in the states' dtype
+    peak = torch.where(real, values.amax(dim=-1).float(), torch.nan)  # (B, T); NaN stays NaN
+    values.masked_fill_(~real[..., None], torch.inf)  # padding: above every cut
     unusable = (peak.isnan() & real).any(dim=1)  # np.median of values holding NaN is NaN: nothing flagged
     n = real.sum(dim=1) * d  # (B,)
-    need = n // 2 + 1  # (B,) values below the cut that put the median below it: n/2 + 1, or (n + 1)/2 when odd
+    need = n // 2 + 1  # (B,) values below the cut that put the median below it (n/2 + 1, or (n + 1)/2 when odd)
+    half = torch.where(n % 2 == 0, n // 2, -1)  # (B,) the count that leaves the cut between two middle values
     sorted_peaks = torch.where(peak.isnan(), torch.inf, peak).sort(dim=1).values  # (B, T) real ones first
+    cuts = _on_grid(_cut(sorted_peaks, ratio), values.dtype)  # (B, T): every step's cut, made once
     lo, hi = torch.zeros_like(n), real.sum(dim=1)  # tokens s[:lo] not flagged, s[hi:] flagged (sorted order)
     undecided = torch.zeros_like(real[:, 0])  # (B,) a step met c == n / 2
-    at = torch.zeros(B, dtype=torch.float32, device=hidden.device)  # that step's cut
+    at = cuts[:, :1].clone()  # (B, 1) that step's cut
     for _ in range(T.bit_length()):
         mid = (lo + hi) // 2
-        cut = _cut(sorted_peaks.gather(1, mid.clamp(max=T - 1)[:, None])[:, 0], ratio)  # (B,)
-        below = (values < cut[:, None, None]).sum(dim=(1, 2))  # (B,) compared in float32, no copy kept
-        tie = (n % 2 == 0) & (below == n // 2) & (lo < hi)
-        at = torch.where(tie & ~undecided, cut, at)
+        cut = cuts.gather(1, mid.clamp(max=T - 1)[:, None])  # (B, 1)
+        below = (values < cut[..., None]).view(torch.uint8).sum(dim=(1, 2), dtype=torch.int64)  # (B,)
+        active = lo < hi
+        tie = (below == half) & active
+        at = torch.where((tie & ~undecided)[:, None], cut, at)
         undecided |= tie
         flagged = below >= need
-        hi, lo = torch.where((lo < hi) & flagged, mid, hi), torch.where((lo < hi) & ~flagged, mid + 1, lo)
+        hi, lo = torch.where(active & flagged, mid, hi), torch.where(active & ~flagged, mid + 1, lo)
     last_unflagged = sorted_peaks.gather(1, (lo - 1).clamp(min=0)[:, None])[:, 0]  # (B,)
     bound = torch.where(lo > 0, last_unflagged, -torch.inf)
     flags = real & (peak > bound[:, None])
     if hidden.device.type != "cpu" or bool(undecided.any()):  # off the CPU: always, so the host never waits
-        cut = at[:, None, None]
-        lower = torch.where(values < cut, values, -torch.inf).amax(dim=(1, 2)).float()  # (B,) the lower middle value
+        cut = at[..., None]  # (B, 1, 1)
+        lower = torch.where(values < cut, values, -torch.inf).amax(dim=(1, 2)).float()  # (B,) lower middle value
         upper = torch.where(values >= cut, values, torch.inf).amin(dim=(1, 2)).float()  # (B,) the upper one
         median = (lower + upper) / 2
         flags = torch.where(undecided[:, None], real & (peak > ratio * median[:, None]), flags)
     return flags & ~unusable[:, None]
 
 
+def _on_grid(cut: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``cut`` (float32, >= 0) moved up onto ``dtype``'s grid: the smallest ``dtype`` number >= it, so that for
+    values ``v`` of that dtype ``v < cut`` holds exactly when ``v < _on_grid(cut)`` (compared without a copy)."""
+    if dtype == torch.float32:
+        return cut
+    near = cut.to(dtype)
+    return torch.where(near.float() < cut, (near.view(torch.int16) + 1).view(dtype), near)
+
+
 def _cut(peak: torch.Tensor, ratio: float) -> torch.Tensor:
-    """(B,) float32: for each peak ``p`` (float32, >= 0 or +inf), the smallest float32 ``v`` with
+    """float32, shaped like ``peak``: for each peak ``p`` (float32, >= 0 or +inf), the smallest float32 ``v`` with
     ``fl32(ratio * v) >= p``, so that for ``v >= 0``, ``fl32(ratio * v) < p`` exactly when ``v < cut``.
 
     The product of two float32 numbers is exact in float64, and ``fl32(x) >= p`` exactly when ``x`` lies above the
     midpoint between ``p`` and the float32 below it (on it, when ties round to ``p``: an even ``p``), so the test is
     exact in float64 for every ``v``, subnormal and overflowing products included; ``v`` starts at the midpoint
     over ``ratio`` and moves by single float32 steps until it holds and fails one step below."""
-    r = torch.tensor(ratio, dtype=torch.float32, device=peak.device).double()
-    up = torch.tensor(torch.inf, dtype=torch.float32, device=peak.device)
+    r = float(np.float32(ratio))  # the float32 ratio, exactly, as a Python float (no tensor, no copy to the device)
+    up = torch.full_like(peak, torch.inf)
     below = torch.nextafter(peak, -up).double()
     top = torch.where(peak.isinf(), 2.0**128, peak.double())  # +inf: the float32 grid's next step past the max
     mid = (below + top) / 2  # exact: the rounding boundary
     even = peak.view(torch.int32) % 2 == 0  # a tie rounds to p
 
     def reaches(v: torch.Tensor) -> torch.Tensor:
-        x = r * v.double()  # exact
+        x = v.double() * r  # exact
         return (x > mid) | ((x == mid) & even)
 
     v = (mid / r).float()
