@@ -180,30 +180,6 @@ def test_real_hidden_states_of_a_tiny_model_match_the_naive_loop(arch, side):
     np.testing.assert_array_equal(flags, naive_any_layer([*layers[1:-1], layers[-1]], real.numpy(), 5.0))
 
 
-@pytest.mark.parametrize("group_bytes", [0, 1 << 30])
-def test_flags_of_a_stack_of_layers_are_any_layer_of_a_loop(group_bytes):
-    """extract's stacked_massive (one layer per call, or all layers side by side in one call) flags a token where
-    np.median per text and layer in a loop flags it at any layer."""
-    from layerscope.engine.forward.extract import stacked_massive
-
-    rng = np.random.default_rng(5)
-    B, T, d, L = 4, 6, 16, 5
-    lengths = [6, 4, 5, 2]
-    real = np.arange(T)[None] < np.array(lengths)[:, None]
-    states = rng.normal(size=(L, B, T, d)).astype(np.float32)
-    states[1, 0, 2, 3] = 500.0  # massive at one layer only
-    states[3, 2, 4, 0] = -900.0
-    states[2, 3, 5, :] = 1e6  # padding: never flagged, never in a median
-    flags = stacked_massive([torch.from_numpy(s) for s in states], torch.from_numpy(real), group_bytes).numpy()
-    want = np.zeros((B, T), dtype=bool)
-    for layer in states:
-        for i in range(B):
-            mag = np.abs(layer[i, : lengths[i]])
-            want[i, : lengths[i]] |= mag.max(axis=1) > 100 * np.median(mag)
-    assert want[0, 2] and want[2, 4] and not want[3].any()
-    np.testing.assert_array_equal(flags, want)
-
-
 @pytest.mark.parametrize("ratio", [100.0, 3.3, 1e-3, 7e30])
 def test_the_count_searchs_cut_is_the_first_value_whose_product_reaches_the_peak(ratio):
     from layerscope.engine.forward.massive import _cut
