@@ -22,6 +22,8 @@ Per model, each the best of ``--repeats`` interleaved runs after a warm-up:
   extract         layerscope.extract(cache=False), its own batch plan (batch_size=None)
   extract+cache   the same into a fresh cache folder (the store written to disk)
   raw             length-sorted batches through model(...) with nothing kept, at the fastest of 16 .. 256 texts
+  raw (planned)   the same at exactly extract's own batches (its plan for these texts): extract / raw (planned) is
+                  the cost of extract's work alone, extract / raw that and its batch plan together
 Prints texts/s, the auto plan's texts per batch, the peak GPU memory of each (``max_memory_allocated``, reset
 before every run) and extract's time over raw's, then a markdown table for the README.
 """
@@ -158,6 +160,25 @@ def raw_pass(lm, ids: list[list[int]], batch_size: int) -> None:
     sync(device)
 
 
+@torch.inference_mode()
+def raw_planned(lm, ids: list[list[int]], kept: int) -> None:
+    """The model over exactly the batches extract plans (:func:`~layerscope.engine.forward.extract.planned_ranges`
+    for these texts, its memory budget with ``kept`` states held), nothing kept: the bare pass extract's plan
+    allows."""
+    from layerscope.engine.forward.batching import collate, pad_id
+    from layerscope.engine.forward.extract import planned_ranges
+    from layerscope.models import input_device
+
+    device = input_device(lm.model)
+    lengths = np.array([len(x) for x in ids])
+    order = np.argsort(-lengths, kind="stable")
+    for lo, hi in planned_ranges(lm, lengths[order], np.ones(len(ids), dtype=bool), None, kept):
+        index = order[lo:hi]
+        batch = collate([ids[i] for i in index], index, pad_id(lm.tokenizer)).to(device)
+        lm.model(**batch.model_inputs(), use_cache=False)
+    sync(device)
+
+
 @dataclass
 class Timing:
     seconds: float = float("inf")
@@ -214,10 +235,18 @@ def bench_model(name: str, config, device: torch.device, tokenizer, texts: list[
         raw_pass(lm, ids, size)
         return time.perf_counter() - t0
 
+    def run_raw_planned() -> float:
+        reset_peak(device)
+        sync(device)
+        t0 = time.perf_counter()
+        raw_planned(lm, ids, lm.info.n_layers + 1 if "mean_no_massive" in poolings else 0)
+        return time.perf_counter() - t0
+
     run_extract(False)  # warm-up: kernels, allocator
     for size in RAW_BATCH_SIZES:
         run_raw(size)
-    plain, cached, half = Timing(), Timing(), Timing()
+    run_raw_planned()
+    plain, cached, half, planned = Timing(), Timing(), Timing(), Timing()
     raw = {size: Timing() for size in RAW_BATCH_SIZES}
     batches = 0
     for _ in range(repeats):
@@ -229,10 +258,13 @@ def bench_model(name: str, config, device: torch.device, tokenizer, texts: list[
         half.add(seconds, peak_gib(device))
         for size in RAW_BATCH_SIZES:
             raw[size].add(run_raw(size), peak_gib(device))
+        planned.add(run_raw_planned(), peak_gib(device))
     best = min(raw, key=lambda size: raw[size].seconds)
     n = len(texts)
     print(f"  extract with a float16 store (half the bytes): {n / half.seconds:.1f} texts/s, "
           f"{half.seconds / raw[best].seconds:.2f}x raw", file=sys.stderr)
+    print(f"  raw at extract's own batches: {n / planned.seconds:8.1f} texts/s; extract / it = "
+          f"{plain.seconds / planned.seconds:.2f}x (the cost of extract's work, its batch plan aside)", file=sys.stderr)
     for size in RAW_BATCH_SIZES:
         print(f"  raw, {size:>3} texts per batch: {n / raw[size].seconds:8.1f} texts/s, "
               f"peak {raw[size].peak_gib:.1f} GiB", file=sys.stderr)
@@ -242,7 +274,7 @@ def bench_model(name: str, config, device: torch.device, tokenizer, texts: list[
         "cached_tps": n / cached.seconds, "raw_tps": n / raw[best].seconds, "raw_batch": best,
         "plan_texts_per_batch": n / batches, "plan_token_budget": budget, "extract_peak": plain.peak_gib,
         "cached_peak": cached.peak_gib, "raw_peak": raw[best].peak_gib, "ratio": plain.seconds / raw[best].seconds,
-        "ratio_cached": cached.seconds / raw[best].seconds,
+        "ratio_cached": cached.seconds / raw[best].seconds, "ratio_planned": plain.seconds / planned.seconds,
     }
     if profile:
         try:
@@ -301,14 +333,16 @@ def table(rows: list[dict], device_label: str, tokens: np.ndarray, poolings: tup
             f"{tokens.min()}-{tokens.max()} tokens (median {int(np.median(tokens))}); every layer, poolings "
             f"{', '.join(poolings)}, NLL; best of interleaved repeats\n\n")
     lines = [
-        "| model | params | extract texts/s | extract+cache texts/s | raw texts/s (batch) | extract / raw time | "
-        "extract+cache / raw time | auto plan texts/batch | peak GPU GiB extract / +cache / raw |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | params | extract texts/s | extract+cache texts/s | raw texts/s (batch) | "
+        "extract / raw time | extract / raw at its batches | extract+cache / raw time | auto plan texts/batch | "
+        "peak GPU GiB extract / +cache / raw |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['params_b']:.2f} B | {r['extract_tps']:.0f} | {r['cached_tps']:.0f} | "
-            f"{r['raw_tps']:.0f} ({r['raw_batch']}) | {r['ratio']:.2f} | {r['ratio_cached']:.2f} | "
+            f"{r['raw_tps']:.0f} ({r['raw_batch']}) | {r['ratio']:.2f} | {r['ratio_planned']:.2f} | "
+            f"{r['ratio_cached']:.2f} | "
             f"{r['plan_texts_per_batch']:.0f} | {r['extract_peak']:.1f} / {r['cached_peak']:.1f} / "
             f"{r['raw_peak']:.1f} |"
         )

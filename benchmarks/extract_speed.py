@@ -2,7 +2,7 @@
 massive flags.
 
     .venv/bin/python benchmarks/extract_speed.py [--model smollm2-135m] [--device cuda] [--repeats 5] [--check]
-        [--batch-sizes 16 32 64] [--order unsorted sorted] [--texts statements|pairs|FILE] [--limit N]
+        [--batch-sizes 16 32 64] [--order unsorted sorted] [--texts statements|pairs|FILE] [--limit N] [--profile]
 
 The reference is what a user compares against, not layerscope's own loop: a second copy of the model loaded by
 transformers itself (``AutoModelForCausalLM.from_pretrained`` of the same folder layerscope loads, e.g. the zoo's
@@ -20,8 +20,8 @@ about 33) written for this benchmark, so the check does not run on the bundled p
 (``--texts pairs``: the bundled pairs' 308 texts, 7-29 tokens; or a file of one text a line).
 
 Orders (``--order``): ``unsorted`` feeds the texts in the file's order, as a user typically would; ``sorted``
-feeds them longest first (``sorted(texts, key=len, reverse=True)``, by characters, outside the timing), so
-batches carry little padding: the fastest bare pass a careful user would write. With texts of 10-60 tokens an
+feeds them longest first by the bare tokenizer's own token count (outside the timing), so batches carry almost
+no padding: the fastest bare pass a careful user would write. With texts of 10-60 tokens an
 unsorted batch of 16 is padded to about its longest text, roughly 1.6x the real tokens, so the unsorted pass
 pays for padding that extract (which sorts by token count) never computes. The ratio that ``--check`` gates is
 the strict one: extract against the fastest bare pass of either order and any of ``--batch-sizes``.
@@ -35,10 +35,12 @@ the strict one: extract against the fastest bare pass of either order and any of
 
 After a warm-up, each of ``--repeats`` rounds runs every bare variant and extract once (interleaved, so a busy
 machine slows both alike); each time is the best of its rounds, CUDA synchronized before and after. Prints every
-time with its runs, the ratios (target <= 1.10), and whether the massive-token flags that ``mean_no_massive``
-uses (:func:`layerscope.engine.forward.massive.massive_mask` at every decoder block output, each batch as extract plans
-it) equal a naive reference: per text and block, numpy's ``np.median`` of the text's |activations| over its real
-tokens and every dimension, a token massive where its largest |activation| is above 100x it.
+time with its runs, the ratios (target <= 1.10), with ``--profile`` a torch.profiler table of extract's ops
+against the fastest bare pass's (the extra time per op, and the time no op accounts for), and whether the
+massive-token flags that ``mean_no_massive`` uses (:func:`layerscope.engine.forward.massive.massive_mask` at every
+decoder block output, each batch as extract plans it) equal a naive reference: per text and block, numpy's
+``np.median`` of the text's |activations| over its real tokens and every dimension, a token massive where its
+largest |activation| is above 100x it.
 ``--check`` exits with status 1 if the gated ratio is above 1.10 or a flag differs.
 """
 
@@ -108,6 +110,41 @@ def bare_pass(model, tok, texts: list[str], batch_size: int, device: torch.devic
     sync(device)
 
 
+def profile_table(ours, theirs, device: torch.device, rows: int = 25) -> str:
+    """A torch.profiler table of ``ours`` (extract) against ``theirs`` (the fastest bare pass): each op's own time
+    (self CPU, or self device time on CUDA) and calls in both, the ops ``ours`` spends most extra time in first, and
+    a last line for what no op accounts for (Python, hooks, threads waiting: the wall time left over)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+
+    def ops(fn):
+        start = time.perf_counter()
+        with profile(activities=activities) as prof:
+            fn()
+            sync(device)
+        wall = time.perf_counter() - start
+        field = "self_device_time_total" if cuda else "self_cpu_time_total"
+        table = {e.key: (getattr(e, field) / 1e6, e.count) for e in prof.key_averages()}
+        return table, wall
+
+    a, wall_a = ops(ours)
+    b, wall_b = ops(theirs)
+    keys = sorted(set(a) | set(b), key=lambda k: b.get(k, (0, 0))[0] - a.get(k, (0, 0))[0])
+    lines = [f"{'op (self ' + ('device' if cuda else 'CPU') + ' time)':<52}{'extract s':>10}{'calls':>8}"
+             f"{'bare s':>10}{'calls':>8}{'extra s':>10}"]
+    for k in keys[:rows]:
+        (ta, ca), (tb, cb) = a.get(k, (0.0, 0)), b.get(k, (0.0, 0))
+        lines.append(f"{k[:51]:<52}{ta:10.3f}{ca:8d}{tb:10.3f}{cb:8d}{ta - tb:+10.3f}")
+    sa, sb = sum(t for t, _ in a.values()), sum(t for t, _ in b.values())
+    if not cuda:  # on a CPU the ops' self times add up to the busy time of the calling threads
+        lines.append(f"{'(no op: Python, hooks, waits; wall - ops)':<52}{wall_a - sa:10.3f}{'':8}{wall_b - sb:10.3f}"
+                     f"{'':8}{(wall_a - sa) - (wall_b - sb):+10.3f}")
+    lines.append(f"{'wall (under the profiler)':<52}{wall_a:10.3f}{'':8}{wall_b:10.3f}{'':8}{wall_a - wall_b:+10.3f}")
+    return "\n".join(lines)
+
+
 def padded_share(lengths: list[int], batch_size: int) -> float:
     """Padded tokens (each batch as wide as its longest text) over real tokens, batches in the given order."""
     padded = sum(len(chunk) * max(chunk) for i in range(0, len(lengths), batch_size)
@@ -165,6 +202,8 @@ def main() -> int:
     parser.add_argument("--order", nargs="+", choices=ORDERS, default=list(ORDERS),
                         help="bare-pass text orders to time (default: both; the fastest counts)")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--profile", action="store_true",
+                        help="print a torch.profiler table: each op's time in extract against the fastest bare pass")
     parser.add_argument("--check", action="store_true", help=f"exit 1 if extract / bare > {TARGET} or a flag differs")
     args = parser.parse_args()
 
@@ -172,7 +211,8 @@ def main() -> int:
     device = input_device(lm.model)
     bare, tok = load_bare(args.model, next(lm.model.parameters()).dtype, device)
     texts = read_texts(args.texts)[: args.limit]
-    feeds = {"unsorted": texts, "sorted": sorted(texts, key=len, reverse=True)}
+    counts = [len(x) for x in tok(texts)["input_ids"]]  # the bare tokenizer's own token counts
+    feeds = {"unsorted": texts, "sorted": [texts[i] for i in np.argsort(counts, kind="stable")[::-1]]}
     ids = tokenize(lm.tokenizer, texts)
     lengths = [len(x) for x in ids]
     sizes = args.batch_sizes or ([16, 32, 64] if device.type == "cpu" else [32, 64, 128, 256])
@@ -211,6 +251,16 @@ def main() -> int:
     ratio = ext / min(t_bare[fastest])
     print(f"extract / fastest bare ({fastest[0]}, {fastest[1]} per batch) = {ratio:.3f}x   (target <= {TARGET:.2f}x)")
 
+    same = {"transformers": [], "load_model": []}  # the fastest bare loop, on each model object in turn
+    for _ in range(args.repeats):
+        for name, model in (("transformers", bare), ("load_model", lm.model)):
+            same[name].append(timed(device, bare_pass, model, tok, feeds[fastest[0]], fastest[1], device))
+    print(f"the same bare loop on load_model's model / on transformers' own: "
+          f"{min(same['load_model']):.3f} s / {min(same['transformers']):.3f} s = "
+          f"{min(same['load_model']) / min(same['transformers']):.3f}x   (nothing left hooked on it: about 1.00x)")
+    if args.profile:
+        print(profile_table(lambda: extract(lm, texts, cache=False, progress=False),
+                            lambda: bare_pass(bare, tok, feeds[fastest[0]], fastest[1], device), device))
     differ, flagged, checked = check_flags(lm, ids)
     n_blocks = lm.info.n_layers
     print(f"massive flags vs the naive np.median reference: {differ} of {checked * n_blocks} (token, block) flags "

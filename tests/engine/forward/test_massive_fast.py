@@ -10,17 +10,17 @@ import tiny
 from layerscope.engine.forward.batching import collate
 from layerscope.engine.forward.massive import MASSIVE_RATIO, _bracket, block_massive, massive_mask
 
-PATHS = ["bracket", "exact", "bits16-bfloat16", "bits16-float16"]
-"""``method=``: the histogram bracket (the CPU default), the exact median of every text (float32 on a GPU), and the
-16-bit pattern histogram (bfloat16 and float16 states on a GPU; the states are cast to that dtype first, and the
-reference reads the cast values)."""
+PATHS = ["bracket", "exact", "bits16-bfloat16", "bits16-float16", "count", "count-bfloat16", "count-float16"]
+"""``method=``: the histogram bracket (the CPU default), the exact median of every text, the 16-bit pattern
+histogram, and the count search (the GPU default) on float32, bfloat16 and float16 states (a ``-dtype`` path
+casts the states to that dtype first, and the reference reads the cast values)."""
 
 
 def flags_of(hidden: torch.Tensor, real: torch.Tensor, method: str, ratio: float = MASSIVE_RATIO):
     """(got, expect): ``massive_mask`` by ``method`` and :func:`naive_flags`, on ``hidden`` cast for a 16-bit path."""
-    if method.startswith("bits16"):
-        hidden = hidden.to(getattr(torch, method.split("-")[1]))
-        method = "bits16"
+    if "-" in method:
+        method, dtype = method.split("-")
+        hidden = hidden.to(getattr(torch, dtype))
     with np.errstate(invalid="ignore", over="ignore"):
         expect = naive_flags(hidden.float().numpy(), real.numpy(), ratio)
     return massive_mask(hidden, real, ratio, method=method).numpy(), expect
@@ -83,7 +83,7 @@ def test_planted_peaks_at_and_around_the_cut_match_the_naive_loop(bracket, side,
     hidden, real = padded(texts, side, fill)
     got, expect = flags_of(hidden, real, bracket)
     np.testing.assert_array_equal(got, expect)
-    if bracket.startswith("bits16"):
+    if "-" in bracket:
         return  # the cast moved the plants off the cut; the loop above still checks every flag
     flagged = [got[b][real[b].numpy()][:3].tolist() for b in range(len(texts)) if len(texts[b]) >= 3]
     assert flagged and all(f == [False, True, False] for f in flagged)  # the plants, independently of numpy
@@ -98,7 +98,7 @@ def test_the_upper_middle_value_decides_and_even_odd_counts(bracket):
         cut = np.float32(100.0) * (middle / np.float32(2))
         h[0, 1, 0] = np.nextafter(cut, np.float32(np.inf)) if peak is None else peak  # None: one float above the cut
         got, expect = flags_of(torch.from_numpy(h), torch.ones(1, 2, dtype=torch.bool), bracket)
-        if not bracket.startswith("bits16"):  # 16 bits cannot hold 1.002 and the cut: the loop's flags only
+        if "-" not in bracket:  # 16 bits cannot hold 1.002 and the cut: the loop's flags only
             assert got.tolist() == [[False, massive]]
         assert got.tolist() == expect.tolist()
     h = np.array([[[1.0, 2.0, 3.0], [4.0, 5.0, 402.0], [6.0, 7.0, 0.5]]], dtype=np.float32)  # median 4; 402 fits bf16
@@ -122,7 +122,7 @@ def test_odd_shapes_nan_and_zero_texts(bracket):
     hidden, real = padded(texts, "right", np.nan)
     got, expect = flags_of(hidden, real, bracket)
     np.testing.assert_array_equal(got, expect)
-    if bracket == "bits16-float16":
+    if bracket in ("bits16-float16", "count-float16"):
         return  # float16 flushes the subnormal text to 0 and overflows 1e9: the loop above checks every flag
     assert got[0, 2] and got[1, 0] and not got[2].any() and got[3, 3] and got[4, 1]
 
@@ -180,25 +180,39 @@ def test_real_hidden_states_of_a_tiny_model_match_the_naive_loop(arch, side):
     np.testing.assert_array_equal(flags, naive_any_layer([*layers[1:-1], layers[-1]], real.numpy(), 5.0))
 
 
-@pytest.mark.parametrize("group_bytes", [0, 1 << 30])
-def test_flags_of_a_stack_of_layers_are_any_layer_of_a_loop(group_bytes):
-    """extract's stacked_massive (one layer per call, or all layers side by side in one call) flags a token where
-    np.median per text and layer in a loop flags it at any layer."""
-    from layerscope.engine.forward.extract import stacked_massive
+@pytest.mark.parametrize("ratio", [100.0, 3.3, 1e-3, 7e30])
+def test_the_count_searchs_cut_is_the_first_value_whose_product_reaches_the_peak(ratio):
+    from layerscope.engine.forward.massive import _cut
 
     rng = np.random.default_rng(5)
-    B, T, d, L = 4, 6, 16, 5
-    lengths = [6, 4, 5, 2]
-    real = np.arange(T)[None] < np.array(lengths)[:, None]
-    states = rng.normal(size=(L, B, T, d)).astype(np.float32)
-    states[1, 0, 2, 3] = 500.0  # massive at one layer only
-    states[3, 2, 4, 0] = -900.0
-    states[2, 3, 5, :] = 1e6  # padding: never flagged, never in a median
-    flags = stacked_massive([torch.from_numpy(s) for s in states], torch.from_numpy(real), group_bytes).numpy()
-    want = np.zeros((B, T), dtype=bool)
-    for layer in states:
-        for i in range(B):
-            mag = np.abs(layer[i, : lengths[i]])
-            want[i, : lengths[i]] |= mag.max(axis=1) > 100 * np.median(mag)
-    assert want[0, 2] and want[2, 4] and not want[3].any()
-    np.testing.assert_array_equal(flags, want)
+    peak = torch.from_numpy(np.concatenate([
+        np.exp(rng.uniform(-90, 88, 5000)), rng.uniform(0, 4, 1000), [0.0, np.inf, 3.4e38, 1e-45, 1.0, 100.0],
+    ]).astype(np.float32))
+    cut = _cut(peak, ratio).numpy()
+    below = np.nextafter(cut, np.float32(-np.inf))
+    with np.errstate(over="ignore", under="ignore"):  # numpy's float32 product, rounded as IEEE says
+        reach, short = np.float32(ratio) * cut >= peak.numpy(), np.float32(ratio) * below >= peak.numpy()
+    assert reach.all() and not short[cut > 0].any()  # (below a cut of 0 lie only negative values)
+
+
+def test_the_count_search_settles_a_cut_between_the_two_middle_values():
+    """Peaks planted so that a search step's cut falls between the two middle values (c == n / 2): the flags then
+    come from their mean, as np.median's."""
+    rng = np.random.default_rng(11)
+    cases = 0
+    for _ in range(200):
+        d, lengths = 4, rng.integers(2, 7, size=3).tolist()
+        texts = [rng.uniform(0.5, 1.5, (n, d)).astype(np.float32) for n in lengths]
+        for t in texts:
+            flat = np.sort(np.abs(t).ravel())
+            lo, hi = flat[len(flat) // 2 - 1], flat[len(flat) // 2]
+            m = np.float32((lo + hi) / np.float32(2))
+            # one token's peak just above, one at, one just below 100 x the median; the middle values stay
+            t[0, 0] = np.nextafter(np.float32(100) * m, np.float32(np.inf)) * rng.choice([1, -1])
+            if len(t) > 2:
+                t[1, 0] = np.float32(100) * m
+        hidden, real = padded(texts, "right", np.nan)
+        got, expect = flags_of(hidden, real, "count")
+        cases += int(expect.any())
+        np.testing.assert_array_equal(got, expect)
+    assert cases > 50

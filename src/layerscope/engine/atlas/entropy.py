@@ -17,7 +17,8 @@ convention, with a token equal to the text's mean) gets NaN.
 
 ``torch.linalg.eigvalsh`` checks its result on the host (one sync per call on a GPU) and takes small matrices one
 by one there, so the atlas brings a batch's Grams back to the host with its other sums (up to
-:data:`HOST_GRAM_BYTES`) and decomposes them on every CPU thread.
+:data:`HOST_GRAM_BYTES`) and decomposes them on every CPU thread, from one worker thread while the next batch's
+forward pass runs (:meth:`.sums.PassSums.store`).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@
         for layer, hidden in enumerate(out.hidden_states):
             profile.update(layer, hidden, batch, classes)  # hidden (B, T, d)
     summary = profile.result()                            # MassiveSummary: arrays with one row per layer seen
+    table, flags = table_and_flags(hidden, real, classes)  # (B, 10) one layer's table, (B, T) its massive tokens
 
 The measure follows Sun et al. 2024 ("Massive activations in large language models"): per layer and text, the
 largest |activation| over the text's real tokens and all dimensions (its "top"), divided by the text's median
@@ -19,7 +20,9 @@ The |activations| are compared in the states' own precision (float32 at least, s
 are exact); the ratios are computed in float64. Each :meth:`MassiveProfile.update` is one set of tensor
 operations on the whole (B, T, d) batch, on the states' device (:func:`text_table`, no host sync), and one copy
 of a (B, 10) table to the CPU; a caller that reads several layers' tables in one copy hands each to
-:meth:`MassiveProfile.add_table`.
+:meth:`MassiveProfile.add_table`. :func:`table_and_flags` gives the same table and the layer's massive-activation
+flags (:func:`~layerscope.engine.forward.massive.massive_mask`'s) from one median per text: the atlas takes each
+text's median once per layer.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import numpy as np
 import torch
 
 from layerscope.engine.forward.batching import Batch
+from layerscope.engine.forward.massive import MASSIVE_RATIO, massive_mask
 from layerscope.errors import ExtractionError
 
 CLASSES = ("start", "first_delimiter", "other")
@@ -92,15 +96,45 @@ def text_table(hidden: torch.Tensor, real: torch.Tensor, classes: torch.Tensor) 
     Padding is never read: a padded position's peak is -1 (below every |activation|) and its values are NaN
     for the median. The top is the first maximum in (position, dimension) order: the first position whose peak
     is the largest, then the first dimension there holding it (``argmax`` returns the first maximum)."""
+    return table_and_flags(hidden, real, classes, ratio=None)[0]
+
+
+def table_and_flags(hidden: torch.Tensor, real: torch.Tensor, classes: torch.Tensor,
+                    ratio: float | None = MASSIVE_RATIO) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``table, flags = table_and_flags(hidden, real, classes)``: :func:`text_table`'s (B, 10) table and
+    :func:`~layerscope.engine.forward.massive.massive_mask`'s (B, T) bool flags (None when ``ratio`` is None),
+    both from one median per text.
+
+    The two middle values of each text's |activations| are found once (:func:`_middle_values`); the table takes
+    their mean in float64, the flags in float32 as ``np.median`` does on float32 values, by massive_mask's rule
+    ``real & (peak > ratio * median) & ~unusable`` (a text with a NaN among its real values flags nothing).
+    States wider than float32 (float64) get their flags from ``massive_mask`` itself, which compares float32
+    values: a second median there."""
     mag = hidden.to(torch.promote_types(hidden.dtype, torch.float32)).abs()  # (B, T, d), a new tensor
-    peak = mag.amax(dim=-1).masked_fill_(~real, -1.0)  # (B, T)
+    peak = mag.amax(dim=-1)  # (B, T); NaN where a token holds NaN
+    unusable = (peak.isnan() & real).any(dim=1)  # (B,) np.median of values holding NaN is NaN: no flag
+    peak = peak.masked_fill_(~real, -1.0)
+    tokens = real.sum(dim=1)  # (B,)
+    n = tokens * hidden.shape[-1]
+    padding = torch.zeros_like(peak).masked_fill_(~real, torch.nan)[..., None]  # (B, T, 1): 0, NaN at padding
+    lower, upper = _middle_values(mag.add_(padding).flatten(1), n)  # |h| + 0 is |h|
+    table = _table(mag, peak, real, classes, tokens, (lower.double() + upper.double()) / 2)
+    if ratio is None:
+        return table, None
+    if mag.dtype != torch.float32:
+        return table, massive_mask(hidden, real, ratio)
+    median = torch.where(n % 2 == 1, lower, (lower + upper) / 2)  # (B,) float32, as np.median
+    return table, real & (peak > ratio * median[:, None]) & ~unusable[:, None]
+
+
+def _table(mag: torch.Tensor, peak: torch.Tensor, real: torch.Tensor, classes: torch.Tensor, tokens: torch.Tensor,
+           median: torch.Tensor) -> torch.Tensor:
+    """(B, 10) :func:`text_table` from |activations| ``mag`` (B, T, d), token peaks ``peak`` (B, T) (-1 at
+    padding), ``real`` and ``classes`` (B, T), real ``tokens`` (B,) and each text's ``median`` (B,) float64."""
     position = peak.argmax(dim=1)  # (B,) a real position: real peaks are >= 0
     rows = torch.arange(len(peak), device=peak.device)
     top = peak[rows, position]  # (B,)
     dim = mag[rows, position].argmax(dim=1)  # (B,) in that position's (B, d) values
-    tokens = real.sum(dim=1)  # (B,)
-    padding = torch.zeros_like(peak).masked_fill_(~real, torch.nan)[..., None]  # (B, T, 1): 0, NaN at padding
-    median = _medians(mag.add_(padding).flatten(1), tokens * hidden.shape[-1])  # (B,) float64; |h| + 0 is |h|
     member = (classes[..., None] == torch.arange(len(CLASSES), device=classes.device)) & real[..., None]
     class_peak = peak[..., None].masked_fill(~member, -1.0).amax(dim=1)  # (B, 3)
     return torch.cat([
@@ -113,17 +147,17 @@ def text_table(hidden: torch.Tensor, real: torch.Tensor, classes: torch.Tensor) 
     ], dim=1)
 
 
-def _medians(values: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
-    """``median = _medians(values, n)``: (B,) float64, per row of ``values`` (B, N) (float32 or float64, >= 0 or
-    NaN) the textbook median of its ``n`` (B,) non-NaN values: the mean of the two middle values for an even
-    count, as ``np.median``.
+def _middle_values(values: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``lower, upper = _middle_values(values, n)``: (B,) each, per row of ``values`` (B, N) (float32 or float64,
+    >= 0 or NaN) the lower and upper middle values of its ``n`` (B,) non-NaN values (equal for an odd count): the
+    textbook median is their mean, as ``np.median``.
 
     ``nanmedian`` gives the lower middle value; the upper one is the lower one when more than half the values
     are at most it, else the smallest value above it."""
     lower = values.nanmedian(dim=1).values  # (B,)
     at_most = n - (values > lower[:, None]).sum(dim=1)  # NaN > x is False
     upper = torch.where(at_most >= n // 2 + 1, lower, _smallest_above(values, lower))
-    return (lower.double() + upper.double()) / 2
+    return lower, upper
 
 
 def _smallest_above(values: torch.Tensor, lower: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,8 @@
     moments.count += members.sum(dim=1)                   # once per batch: (S,) tokens of each token set
     first, square, ritz = moments.add(j, x_rows, members, text_row, B)   # one layer slot of one batch
     moments.fix_basis(); moments.project(j, rows, members, text_row, B)  # the Ritz directions, then the sums
-    moments.spectrum(s, n)                                # (L, d) set s's covariance eigenvalues, descending
+    ratio, dense = moments.top1([n_all, n_kept])          # (S, L) top-1 share of each covariance (one host sync)
+    moments.spectrum(s, n)                                # (L, d) set s's eigenvalues, descending (on request only)
 
 Per token set ``s`` and layer slot ``j``: the token states are measured from ``shift[s, j]`` (the mean of the
 first batch's tokens), and ``moment1`` = sum x, ``moment2`` = sum x x^T (float64) over every token so far. Each
@@ -14,14 +15,24 @@ of the covariance so far: exact up to ``RITZ_EXACT_MAX`` dimensions, by block po
 set enters as a zero row (``torch.where``), never through a boolean index, so nothing here waits on the host but
 the decompositions, once per pass.
 
+The pass reads one number of each covariance C: its top-1 share, largest eigenvalue / trace. The trace is the sum
+of C's diagonal; the largest eigenvalue comes from block power iteration with a residual check
+(:func:`top_eigenvalues`), and from a dense ``eigvalsh`` only for a matrix whose check fails. No full spectrum is
+computed unless :meth:`Moments.spectrum` is called (the pass does not).
+
 Where the first batches hold fewer than ``RITZ_MIN_TOKENS`` tokens, their states are kept (as float32 rows) until
 the directions are fixed, and projected then (:meth:`Moments.project_pending`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import numpy as np
 import torch
+
+from .layout import to_host
 
 RITZ_K = 16
 """Principal directions each text's second moment is kept in (the top-1 share's resamples)."""
@@ -33,6 +44,14 @@ RITZ_EXACT_MAX = 256
 """Up to this hidden size the Ritz directions are exact eigenvectors (``eigh``); above it :func:`top_directions`."""
 RITZ_ITERATIONS = 12
 """Block power iterations of :func:`top_directions`."""
+TOP_WIDTH = 8
+"""Vectors in :func:`top_eigenvalues`'s block."""
+TOP_ITERATIONS = 32
+"""Block power iterations of :func:`top_eigenvalues` before its residual check (on SmolLM2-135M's covariances the
+relative residual is below 1e-12 after 24: the slowest layer's 9th eigenvalue is 0.33 of its largest)."""
+TOP_TOL = 1e-9
+""":func:`top_eigenvalues` keeps a Ritz value whose residual is at most this share of it (so within 1e-9
+relative of an eigenvalue); the others go to the dense ``eigvalsh``."""
 
 
 class Moments:
@@ -119,6 +138,8 @@ class Moments:
         for s in range(self.n_sets):
             for slots in self._groups():
                 covariance = self._covariance(s, slots, self.count[s])
+                # non-finite states: the pass raises after this batch's copy, and eigh must not fail first
+                covariance = covariance.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
                 if self.d > RITZ_EXACT_MAX:
                     self.basis[s, slots] = top_directions(covariance, self.k)
                 else:
@@ -145,12 +166,28 @@ class Moments:
             out.append((index, torch.stack(sums, dim=2)))
         return out
 
+    def top1(self, n: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """``ratio, dense = moments.top1([n_all, n_kept])``: (S, L) float64 on the host, each set's covariance
+        top-1 share per slot (largest eigenvalue / trace, :func:`top_eigenvalues`, every set and slot in one
+        batch: one host sync, more only where the dense fallback runs), and (S, L) bool, True where it ran.
+        NaN where set ``s`` has fewer than 2 tokens (``n[s]``, host ints), nothing was seen, or the trace is 0."""
+        shape = (self.n_sets, self.n_slots)
+        if self.moment1 is None:
+            return np.full(shape, np.nan), np.zeros(shape, dtype=bool)
+        count = torch.tensor(n, dtype=torch.float64, device=self.moment1.device).clamp(min=1)[:, None]  # (S, 1)
+        top = top_eigenvalues(self.moment2, self.moment1 / count[..., None], count)  # unscaled: n - 1 cancels
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.where(top.trace > 0, top.value / top.trace, np.nan)
+        few = (np.asarray(n) < 2)[:, None] | ~self.seen[None]
+        return np.where(few, np.nan, ratio), top.dense
+
     def spectrum(self, s: int, n: int) -> torch.Tensor:
         """(L, d) float64 on the CPU: set ``s``'s covariance eigenvalues per slot, descending (batched ``eigvalsh``
         calls of at most :data:`EIG_BYTES`, one copy back); NaN where the set has fewer than 2 tokens (``n``, a host
-        int) or nothing was seen. The dense decompositions are most of a GPU pass's time for a large model: about
-        0.1 s per layer and set at d = 4096 on an H200 (cuSOLVER's ``syevd``; no faster on several streams at once,
-        nor in float32, and 8 times slower through MAGMA)."""
+        int) or nothing was seen. Not called by the pass, which reads the top-1 share alone (:meth:`top1`): these
+        dense decompositions were most of a GPU pass's time for a large model, about 0.1 s per layer and set at
+        d = 4096 on an H200 (cuSOLVER's ``syevd``; no faster on several streams at once, nor in float32, and 8
+        times slower through MAGMA)."""
         if self.moment1 is None or n < 2:
             return torch.full((self.n_slots, self.d), torch.nan, dtype=torch.float64)
         out = torch.empty(self.n_slots, self.d, dtype=torch.float64, device=self.moment1.device)
@@ -175,3 +212,95 @@ def top_directions(covariance: torch.Tensor, k: int, iterations: int | None = No
         block = torch.linalg.qr(covariance @ block)[0]
     _, vectors = torch.linalg.eigh(block.transpose(1, 2) @ covariance @ block)  # (G, width, width) ascending
     return (block @ vectors[..., -k:]).flip(-1)
+
+
+@dataclass(frozen=True)
+class TopEigen:
+    """:func:`top_eigenvalues`'s answer, on the host; each array shaped like the matrices' leading dimensions."""
+
+    value: np.ndarray
+    """float64 largest eigenvalue of each matrix."""
+    trace: np.ndarray
+    """float64 trace (the sum of the diagonal)."""
+    dense: np.ndarray
+    """bool: the residual check failed and ``value`` came from the dense ``eigvalsh``."""
+
+
+def top_eigenvalues(second: torch.Tensor, mean: torch.Tensor | None = None, count: torch.Tensor | None = None, *,
+                    width: int = TOP_WIDTH, iterations: int = TOP_ITERATIONS, tol: float = TOP_TOL) -> TopEigen:
+    """``top = top_eigenvalues(c)``: the largest eigenvalue and the trace of each symmetric positive semi-definite
+    matrix C = ``second`` - ``count`` * ``mean`` ``mean``^T (``second`` (..., d, d) float64 on any device; ``mean``
+    (..., d) and ``count`` (...) or broadcastable to it, or both None: C = ``second``); C is never formed but for
+    the dense fallback.
+
+    Block power iteration from a fixed random block of ``width`` columns (``iterations`` steps, each
+    re-orthonormalised by QR), then Rayleigh-Ritz on the block: top Ritz value t and unit vector v = B y. Its
+    residual r = ||C v - t v|| = ||R y||, R = C B - B (B^T C B), comes from the (width, width) matrices B^T C B and
+    R^T R, which go to the host with the traces in one copy: one host sync for every matrix. t is kept where
+    r <= ``tol`` * t; any other matrix goes to a dense ``eigvalsh`` (``TopEigen.dense``; batched, at most
+    :data:`EIG_BYTES` a call).
+
+    Why the check is on r alone: for a symmetric C some eigenvalue lies within r of t (Weyl), and t <= lambda_max
+    (a Rayleigh quotient), so a kept t is within ``tol`` relative of lambda_max unless the random start block had no
+    component along the top eigenvector. The error is usually far smaller, about r^2 / gap, but a block cannot
+    certify the gap to eigenvalues it has not seen; the bound without it also holds for a near-degenerate top pair,
+    whose eigenvector is ill-determined while its value is not (any unit vector in the pair's span has a residual of
+    at most half their difference). What fails the check is a top cluster wider than the block whose values differ
+    by more than ``tol`` (a flat spectrum): it converges slowly."""
+    lead, d = second.shape[:-2], second.shape[-1]
+    width = min(width, d)
+
+    def apply(block: torch.Tensor) -> torch.Tensor:  # (..., d, width) C @ block
+        out = second @ block
+        if mean is None:
+            return out
+        return out - (count[..., None, None] * mean[..., :, None]) @ (mean[..., None, :] @ block)
+
+    generator = torch.Generator(device=second.device).manual_seed(0)
+    start = torch.randn(d, width, dtype=torch.float64, device=second.device, generator=generator)
+    block = torch.linalg.qr(start)[0].expand(*lead, d, width)
+    for _ in range(iterations):
+        block = torch.linalg.qr(apply(block))[0]
+    z = apply(block)
+    h = block.mT @ z
+    h = (h + h.mT) / 2  # (..., width, width) B^T C B
+    r = z - block @ h  # (..., d, width)
+    trace = second.diagonal(dim1=-2, dim2=-1).sum(dim=-1)
+    if mean is not None:
+        trace = trace - count * (mean * mean).sum(dim=-1)
+    host = to_host({"h": h, "rr": r.mT @ r, "trace": trace.expand(lead).contiguous()})  # the one sync
+    value, kept = _checked_ritz(host["h"], host["rr"], tol)
+    dense = ~kept
+    if dense.any():
+        value[dense] = _dense_largest(second, mean, count, np.flatnonzero(dense))
+    return TopEigen(value=value, trace=host["trace"], dense=dense)
+
+
+def _checked_ritz(h: np.ndarray, rr: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """``value, kept = _checked_ritz(h, rr, tol)``: (...) the top Ritz value of each ``h`` (..., w, w) and whether
+    its residual sqrt(y^T ``rr`` y) (y its unit eigenvector) is at most ``tol`` times it (False where ``h`` or
+    ``rr`` holds NaN or inf)."""
+    finite = np.isfinite(h).all(axis=(-2, -1)) & np.isfinite(rr).all(axis=(-2, -1))
+    theta, vectors = np.linalg.eigh(np.where(finite[..., None, None], h, 0.0))
+    top, y = theta[..., -1], vectors[..., -1]
+    residual = np.sqrt(np.maximum(np.einsum("...i,...ij,...j->...", y, rr, y), 0.0))
+    return top.copy(), finite & (residual <= tol * top)
+
+
+def _dense_largest(second: torch.Tensor, mean: torch.Tensor | None, count: torch.Tensor | None,
+                   rows: np.ndarray) -> np.ndarray:
+    """(len(rows),) float64 on the host: the largest eigenvalue by ``eigvalsh`` of the matrices C of
+    :func:`top_eigenvalues` at flat indices ``rows`` of the leading dimensions, :data:`EIG_BYTES` at a time."""
+    lead, d = second.shape[:-2], second.shape[-1]
+    flat = second.reshape(-1, d, d)
+    step = max(1, EIG_BYTES // (8 * d * d))
+    out = []
+    for start in range(0, len(rows), step):
+        index = torch.as_tensor(rows[start : start + step], device=second.device)
+        c = flat.index_select(0, index)
+        if mean is not None:
+            m = mean.expand(*lead, d).reshape(-1, d).index_select(0, index)
+            n = count.expand(lead).reshape(-1).index_select(0, index)
+            c = c - n[:, None, None] * (m[:, :, None] * m[:, None, :])
+        out.append(torch.linalg.eigvalsh(c)[:, -1])
+    return torch.cat(out).cpu().numpy()

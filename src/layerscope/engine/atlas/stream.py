@@ -6,14 +6,15 @@ batch by batch, so no token state outlives its batch and memory does not grow wi
     result.block_influence                          # (n_transitions,) mean 1 - cos(h_l, h_l+1) per layer l < L
     result.pooled                                   # (n_texts, n, d) float32: each text's mean-pooled state
     result.massive.massive_ratio                    # (n,) from engine.atlas.massive_profile
-    result.spectrum["top1_ratio"]                   # (n,) covariance top-1 share of the token states
+    result.spectrum["top1_ratio"]                   # (n,) covariance top-1 share of the token states (its only key)
 
 Layer ``l < n_layers`` is hidden state ``l`` (the input of decoder block ``l``); at ``l = n_layers`` every measure
 reads the last block's output before the final norm (the residual stream, as the anisotropy study's default),
 except the logit lens, whose layer ``n_layers`` is the model's own prediction (it applies the final norm to every
 layer itself). Block ``l``'s influence compares its input (state ``l``) with its output (state ``l + 1``).
 
-What is summed per batch (float64, on the model's device, read back once per batch: no host sync per layer):
+What is summed per batch (float64, on the model's device, read back once per batch with the batch's finiteness
+check: one host sync per batch, none per layer):
 
 - the logit lens (:mod:`.lens`) on every scored token;
 - block influence (ShortGPT, Men et al. 2024): 1 - cos(h_l, h_{l+1}) over every real token, position 0 included,
@@ -22,9 +23,12 @@ What is summed per batch (float64, on the model's device, read back once per bat
 - angular distance (Gromov et al. 2024): arccos(cos(h_l, h_{l+1})) / pi at each text's last token;
 - the mean token norm ||h_l||, the mean-pooled vector of each text (``mean`` pooling: a BOS token left out);
 - the prompt entropy (Skean et al. 2025): the matrix entropy of each text's token Gram matrix (texts of 2 or more
-  tokens; ``convention`` "skean", the authors' code, or "raw"), averaged over texts;
-- the token states' covariance (sum x, sum x x^T, shifted by the first batch's mean), for the top-1 share of its
-  spectrum as the anisotropy study computes it;
+  tokens; ``convention`` "skean", the authors' code, or "raw"), averaged over texts; the Grams are decomposed on
+  the host by a worker thread while the next batch runs;
+- the token states' covariance (sum x, sum x x^T, shifted by the first batch's mean), for its top-1 share (largest
+  eigenvalue / trace, as the anisotropy study's ``top1_ratio``), the one number of its spectrum computed: the
+  trace from the diagonal, the largest eigenvalue by block power iteration with a residual check and a dense
+  ``eigvalsh`` only where that fails (:func:`.moments.top_eigenvalues`);
 - the massive-activation profile (:mod:`.massive_profile`).
 
 Every sum is also kept per text, for every real token and without position 0 and the massive tokens
@@ -41,7 +45,6 @@ import numpy as np
 import torch
 
 from ...errors import ExtractionError
-from ...measures.spectrum import CLIP, metrics_from_spectrum
 from ...models.info import input_device
 from ...models.load import LoadedModel
 from ...progress import steps
@@ -50,6 +53,7 @@ from ..forward.capture import last_capture, pre_norm_capture
 from ..forward.guards import check_finite, encode
 from ..forward.head import head_only_last
 from ..lenses.logit import Translate
+from .layout import to_host
 from .massive_profile import MassiveSummary
 from .sums import ENTROPY_KEYS, PassSums, TextStats, prompt_entropy_sums
 
@@ -88,8 +92,9 @@ class AtlasPass:
     pooled: np.ndarray
     """(n_texts, len(layers), d) float32: mean pooling of each text's tokens (a BOS token left out)."""
     spectrum: dict[str, np.ndarray]
-    """{metric: (len(layers),)} from :func:`~layerscope.measures.spectrum.metrics_from_spectrum` of the covariance
-    of every real token's state (``top1_ratio`` is the anisotropy study's measure)."""
+    """{"top1_ratio": (len(layers),)} the largest eigenvalue of the covariance of every real token's state over its
+    trace (the anisotropy study's measure; NaN with fewer than 2 tokens): the one number of the spectrum the
+    atlas reads, and the only one computed."""
     spectrum_kept: dict[str, np.ndarray]
     """The same without position 0 and the massive-activation tokens."""
     massive: MassiveSummary
@@ -102,7 +107,12 @@ class AtlasPass:
     convention: str = "skean"
     """The prompt entropy's convention (:func:`.atlas_sums.prompt_entropies`)."""
     seconds: dict[str, float] = field(default_factory=dict)
-    """``forward_s`` (the model) and ``measures_s`` (the sums above), over all batches."""
+    """``forward_s`` (the model) and ``measures_s`` (the sums above, their copy back and storing), over all batches:
+    wall time on the CPU; on a GPU the times between CUDA events recorded at the same points (read once, at the
+    end), so that the forward's share ends when its kernels do, not when the host has queued them."""
+    top1_dense: int = 0
+    """Covariances (token sets x layers) whose largest eigenvalue needed the dense ``eigvalsh`` (the block power
+    iteration's residual check failed)."""
     tuned_lens: dict[str, np.ndarray] | None = None
     """:attr:`lens` through the tuned lens the pass was given (None without one)."""
 
@@ -136,27 +146,72 @@ def atlas_pass(lm: LoadedModel, texts: Sequence[str], *, layers: Sequence[int] |
     n_texts = prefix_within([len(x) for x in ids], max_tokens)
     ids = ids[:n_texts]
     sums = PassSums(lm, layers, n_texts, convention, tuned=tuned)
-    seconds = {"forward_s": 0.0, "measures_s": 0.0}
     device = input_device(lm.model)
+    clock = _Clock(device)
     budget = memory_budget(lm.model, lm.info.vocab_size, n_layers + 2)
     batches = plan_batches([len(x) for x in ids], batch_size or MAX_TEXTS_PER_BATCH, budget)
-    for index in steps(batches, f"atlas {lm.info.name}", "batch") if progress is not False else batches:
-        start = time.perf_counter()
-        batch_ids = [ids[i] for i in index]
-        host = collate(batch_ids, index, pad_id(lm.tokenizer), side="right")
-        layout = sums.layout(host, batch_ids).to(device)  # token positions found on the host: no device sync
-        batch = host.to(device, non_blocking=True)
-        with pre_norm_capture(lm.model) as captured, head_only_last(lm):  # no (B, T, vocab) logits: the lens
-            out = lm.model(**batch.model_inputs(), output_hidden_states=True, use_cache=False)  # makes its own
-        states = [h.to(device) for h in out.hidden_states]
-        pre_norm = last_capture(captured, lm).to(device)
-        del out
-        check_finite(lm, texts, index, bad_layers=_nonfinite(states, pre_norm, layout.real))  # one sync
-        middle = time.perf_counter()
-        sums.add(batch, states, pre_norm, layout)
-        seconds["forward_s"] += middle - start
-        seconds["measures_s"] += time.perf_counter() - middle
-    return _result(sums, n_tokens=sum(len(x) for x in ids), seconds=seconds)
+    try:
+        for index in steps(batches, f"atlas {lm.info.name}", "batch") if progress is not False else batches:
+            start = clock.mark()
+            batch_ids = [ids[i] for i in index]
+            host = collate(batch_ids, index, pad_id(lm.tokenizer), side="right")
+            layout = sums.layout(host, batch_ids).to(device)  # token positions found on the host: no device sync
+            batch = host.to(device, non_blocking=True)
+            with pre_norm_capture(lm.model) as captured, head_only_last(lm):  # no (B, T, vocab) logits: the lens
+                out = lm.model(**batch.model_inputs(), output_hidden_states=True, use_cache=False)  # makes its own
+            states = [h.to(device) for h in out.hidden_states]
+            pre_norm = last_capture(captured, lm).to(device)
+            del out
+            middle = clock.mark()
+            measured = sums.measure(batch, states, pre_norm, layout)
+            measured["nonfinite"] = _nonfinite(states, pre_norm, layout.real)
+            copied = to_host(measured)  # the batch's one host sync
+            _check_finite(lm, texts, index, copied.pop("nonfinite"))
+            sums.store(index, copied)
+            clock.add(start, middle, clock.mark())
+        sums.finish()
+    finally:
+        sums.close()
+    return _result(sums, n_tokens=sum(len(x) for x in ids), seconds=clock.seconds())
+
+
+class _Clock:
+    """``forward_s`` and ``measures_s`` of a pass without a host sync per batch: wall time on the CPU, CUDA events on
+    a GPU (their times read once, by :meth:`seconds`)."""
+
+    def __init__(self, device: torch.device | str):
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        self.marks: list[tuple] = []
+
+    def mark(self):
+        """A point in time: ``perf_counter()``, or a CUDA event recorded on the device's current stream."""
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(self.device))
+        return event
+
+    def add(self, start, middle, end) -> None:
+        """One batch: forward from ``start`` to ``middle``, measures from ``middle`` to ``end``."""
+        self.marks.append((start, middle, end))
+
+    def seconds(self) -> dict[str, float]:
+        """{"forward_s", "measures_s"} summed over the batches (on a GPU, after waiting for the last event)."""
+        if self.cuda and self.marks:
+            self.marks[-1][2].synchronize()
+        spans = [(self._span(a, b), self._span(b, c)) for a, b, c in self.marks]
+        return {"forward_s": sum(f for f, _ in spans), "measures_s": sum(m for _, m in spans)}
+
+    def _span(self, a, b) -> float:
+        return a.elapsed_time(b) / 1000 if self.cuda else b - a
+
+
+def _check_finite(lm: LoadedModel, texts: Sequence[str], index: np.ndarray, bad: np.ndarray) -> None:
+    """Raise :func:`.guards.check_finite`'s error, naming layer and text, where the host copy of :func:`_nonfinite`
+    (B, n_layers + 1) holds a True (no host sync: the flags are already on the host)."""
+    if bad.any():
+        check_finite(lm, texts, index, bad_layers=torch.from_numpy(bad))
 
 
 def _nonfinite(states: list[torch.Tensor], pre_norm: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
@@ -183,21 +238,15 @@ def _result(sums: PassSums, n_tokens: int, seconds: dict[str, float]) -> AtlasPa
         influence = stats.influence.sum(axis=1) / tokens[:, None]  # (2, T): 0 / 0 = NaN
         entropy = np.where(usable, sums.entropy[0], 0.0).sum(axis=0) / usable.sum(axis=0)  # (L, 3)
     used = int(usable[:, 0, 0].sum())
-    spectra = [sums.spectrum(s) for s in (0, 1)]
-    spectrum = [_spectrum_metrics(values) for values in spectra]
+    top1, dense = sums.top1_ratios()  # (2, L)
     return AtlasPass(
         layers=sums.layers, n_layers=sums.n_layers, n_texts=counts["texts"], n_tokens=n_tokens,
         lens={key: value[pick] for key, value in means.items()}, n_scored=sums.lens.tokens[sums.n_layers],
         transitions=sums.transitions, block_influence=influence[0], block_influence_no_massive=influence[1],
         angular_distance=stats.angular[0].mean(axis=0), norm=stats.norm[0].sum(axis=0) / tokens[0],
         prompt_entropy={key: entropy[:, i] for i, key in enumerate(ENTROPY_KEYS)}, prompt_entropy_texts=used,
-        pooled=stats.pooled[0], spectrum=spectrum[0], spectrum_kept=spectrum[1], massive=sums.massive.result(),
+        pooled=stats.pooled[0], spectrum={"top1_ratio": top1[0]}, spectrum_kept={"top1_ratio": top1[1]},
+        massive=sums.massive.result(), top1_dense=int(dense.sum()),
         massive_tokens=counts["massive"], kept_tokens=counts["kept"], texts=stats, convention=sums.convention,
         seconds={key: round(value, 3) for key, value in seconds.items()},
         tuned_lens={key: value[pick] for key, value in tuned.items()} if tuned is not None else None)
-
-
-def _spectrum_metrics(values: list[np.ndarray]) -> dict[str, np.ndarray]:
-    rows = [metrics_from_spectrum(np.maximum(v, CLIP)) if np.isfinite(v).all() else None for v in values]
-    keys = next((list(r) for r in rows if r is not None), ["top1_ratio"])
-    return {key: np.array([r[key] if r is not None else np.nan for r in rows]) for key in keys}

@@ -3,7 +3,9 @@
     sums = PassSums(lm, layers, n_texts, convention="skean")
     layout = sums.layout(host_batch, batch_ids).to(device)   # the batch's token positions, found on the host
     sums.add(batch, states, pre_norm, layout)             # once per batch: device work, then one copy back
-    stats = sums.text_stats()                             # the per-text sums (TextStats)
+    sums.store(batch.index, to_host(sums.measure(batch, states, pre_norm, layout)))  # the same, two steps
+    stats = sums.text_stats()                             # the per-text sums (TextStats); waits for the entropy
+    ratio, dense = sums.top1_ratios()                     # (2, L) covariance top-1 share of each token set
 
 Two token sets are summed side by side (axis ``s`` of every :class:`TextStats` array): ``s = 0`` every real token
 (for mean pooling: a BOS token left out), ``s = 1`` without position 0 and without the massive-activation tokens
@@ -11,22 +13,28 @@ Two token sets are summed side by side (axis ``s`` of every :class:`TextStats` a
 
 Every per-layer measure of a batch is computed on the model's device into tensors with a layer axis (a token
 outside a set enters as a zero, through ``torch.where``, never through a boolean index), and read back to the
-host once, at the end of the batch (:func:`.atlas_layout.to_host`). The host syncs per batch are that copy and
-the finiteness check before it, whatever the number of layers: the prompt entropy's Gram matrices come back in the
-same copy and are decomposed on the host (:mod:`.atlas_entropy`). Once per pass, fixing the Ritz directions and
-the covariance spectra (:mod:`.atlas_moments`) wait for their decompositions.
+host once, at the end of the batch (:func:`.layout.to_host`; the pass adds its finiteness check to the same
+copy): one host sync per batch, whatever the number of layers. The prompt entropy's Gram matrices come back in
+that copy and are decomposed on the host (:mod:`.entropy`) by one worker thread while the next batch runs; each
+batch's entropies are written, in batch order, when the next batch's copy is stored (or by :meth:`PassSums.finish`),
+and an error there is raised then. Each text's median |activation| is taken once per layer: a measured layer's
+massive-activation flags and profile table come from the same median (:func:`.massive_profile.table_and_flags`).
+Once per pass, fixing the Ritz directions and the covariances' top eigenvalues (:mod:`.moments`) wait for their
+decompositions.
 
 The covariance top-1 share cannot be split by text exactly without a d x d matrix per text, so its resamples use
 Rayleigh-Ritz: each text's second moment is kept in the ``RITZ_K`` leading principal directions of the first
 ``RITZ_MIN_TOKENS`` tokens (per layer and set), and a resample's top eigenvalue is that of its projected
 covariance (exact when the resample's top direction lies in their span; never above it). The trace is exact
-(:mod:`.atlas_moments`).
+(:mod:`.moments`). The whole pass's top-1 share is exact (:meth:`PassSums.top1_ratios`): no other part of the
+covariance spectra is computed.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,13 +49,15 @@ from . import entropy as atlas_entropy
 from . import moments as atlas_moments
 from .entropy import CONVENTIONS, EntropyGrams, from_host, host_bytes, prompt_entropies, prompt_entropy_sums
 from .layout import Layout, to_host
-from .massive_profile import MassiveProfile, delimiter_ids, text_table
+from .massive_profile import MassiveProfile, delimiter_ids, table_and_flags, text_table
 from .moments import RITZ_K, Moments
 
 __all__ = ["CONVENTIONS", "ENTROPY_KEYS", "RITZ_K", "RITZ_MIN_TOKENS", "TOKEN_SETS", "PassSums", "TextStats",
            "prompt_entropies", "prompt_entropy_sums"]
 
 ENTROPY_KEYS = ("entropy", "normalised_entropy", "effective_rank")
+GRAM_KEYS = ("entropy", "grams", "grams_n", "grams_usable", "wide")
+"""What :meth:`.entropy.EntropyGrams.result` puts in a batch's copy, for :func:`.entropy.from_host`."""
 TOKEN_SETS = ("all", "excl_massive")
 """The two token sets of every per-text array (axis 0)."""
 RITZ_MIN_TOKENS = atlas_moments.RITZ_MIN_TOKENS
@@ -120,6 +130,9 @@ class PassSums:
         self.square = np.zeros((2, n, n_l))
         self.ritz = np.zeros((2, n, n_l, self.k, self.k), dtype=np.float32)
         self.counts = {"tokens": 0, "texts": 0, "massive": 0, "kept": 0}
+        self._worker: ThreadPoolExecutor | None = None
+        self._entropy_job: tuple[np.ndarray, Future] | None = None
+        """The last stored batch's texts and its prompt entropies (K, B, 3), decomposing on the worker."""
 
     def layout(self, host: Batch, ids: Sequence[Sequence[int]]) -> Layout:
         """The :class:`.atlas_layout.Layout` of a right-padded ``host`` batch (on the CPU) of the id lists ``ids``."""
@@ -128,12 +141,17 @@ class PassSums:
     def add(self, batch: Batch, states: list[torch.Tensor], pre_norm: torch.Tensor,
             layout: Layout | None = None) -> None:
         """One batch: ``states`` the model's hidden states 0..n_layers (B, T, d) each, ``pre_norm`` (B, T, d), all on
-        one device with ``batch`` and ``layout`` (:meth:`layout`; found from ``batch``, a host copy, when None)."""
+        one device with ``batch`` and ``layout`` (:meth:`layout`; found from ``batch``, a host copy, when None):
+        :meth:`measure`, one copy to the host, :meth:`store`."""
+        self.store(batch.index, to_host(self.measure(batch, states, pre_norm, layout)))
+
+    def measure(self, batch: Batch, states: list[torch.Tensor], pre_norm: torch.Tensor,
+                layout: Layout | None = None) -> dict[str, torch.Tensor]:
+        """One batch's sums as device tensors (arguments of :meth:`add`), for :meth:`store` once read back: no
+        host sync, but once per pass where the batch fixes the Ritz directions."""
         layout = layout if layout is not None else self._layout_of(batch, states[0].device)
         residual = [*states[: self.n_layers], pre_norm]  # state n_layers: before the final norm
-        massive = torch.zeros_like(layout.real)
-        for layer in range(1, self.n_layers + 1):
-            massive |= massive_mask(residual[layer], layout.real)
+        tables, massive = self._massive(residual, layout)
         masks = torch.stack([layout.real, layout.kept_base & ~massive])  # (2, B, T) the two token sets
         lens_states = {layer: states[layer] for layer in self.layers if layer < self.n_layers}
         lens_states[self.n_layers] = states[self.n_layers]
@@ -141,9 +159,25 @@ class PassSums:
         if self.tuned_lens is not None:
             lens_batch(self.lm, lens_states, batch, self.tuned_lens, kept=masks[1], scored=layout.scored,
                        translate=self.tuned)
-        out = {"tokens": masks.sum(dim=2), "massive": massive.sum(), **self._transitions(residual, masks, layout),
-               **self._layer_sums(residual, masks, layout, batch.index)}
-        self._store(batch.index, to_host(out))  # the batch's one copy to the host
+        return {"tokens": masks.sum(dim=2), "massive": massive.sum(), **self._transitions(residual, masks, layout),
+                **self._layer_sums(residual, masks, layout, batch.index, tables)}
+
+    def _massive(self, residual: list[torch.Tensor], layout: Layout) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
+        """``tables, massive = self._massive(residual, layout)``: each measured layer's (B, 10) profile table
+        (:func:`.massive_profile.text_table`) and the (B, T) tokens massive at any block output (layers
+        1..n_layers), each text's median taken once per layer: from one median for a layer that needs both."""
+        massive = torch.zeros_like(layout.real)
+        tables = {}
+        for layer in sorted(set(self.layers) | set(range(1, self.n_layers + 1))):
+            hidden = residual[layer]
+            if layer not in self.layers:
+                massive |= massive_mask(hidden, layout.real)
+            elif layer == 0:  # the embeddings: never a block output
+                tables[layer] = text_table(hidden, layout.real, layout.classes)
+            else:
+                tables[layer], flags = table_and_flags(hidden, layout.real, layout.classes)
+                massive |= flags
+        return tables, massive
 
     def _layout_of(self, batch: Batch, device: torch.device) -> Layout:
         host = batch.to("cpu")
@@ -167,8 +201,9 @@ class PassSums:
         return {"influence": influence.transpose(1, 2), "angular": angular.transpose(1, 2)}
 
     def _layer_sums(self, residual: list[torch.Tensor], masks: torch.Tensor, layout: Layout,
-                    index: np.ndarray) -> dict:
-        """Every per-layer sum of one batch, as device tensors with a layer axis (names of :meth:`_store`)."""
+                    index: np.ndarray, tables: dict[int, torch.Tensor]) -> dict:
+        """Every per-layer sum of one batch, as device tensors with a layer axis (names of :meth:`store`);
+        ``tables`` each layer's (B, 10) massive-profile table."""
         B, d = masks.shape[1], self.lm.info.hidden_size
         members = masks.flatten(1)[:, layout.flat]  # (2, N): each real token's sets
         weights = torch.stack([layout.pool, masks[1]]).float()
@@ -177,14 +212,13 @@ class PassSums:
         grams = EntropyGrams(self.convention, d, on_host=size <= atlas_entropy.HOST_GRAM_BYTES)
         moments = self.moments
         pending = moments.basis is None and moments.pending_tokens + len(layout.flat) < self.ritz_min_tokens
-        norms, pooled, tables, first, square, ritz, kept_rows = [], [], [], [], [], [], []
+        norms, pooled, first, square, ritz, kept_rows = [], [], [], [], [], []
         for j, layer in enumerate(self.layers):
             h = residual[layer].float()  # (B, T, d)
             norms.append(h.norm(dim=-1))
             pooled.append(torch.einsum("sbt,btd->sbd", weights, h))  # (2, B, d)
             for s in range(2):
                 grams.add(h, masks[s])
-            tables.append(text_table(residual[layer], layout.real, layout.classes))  # (B, 10)
             rows = h.flatten(0, 1).index_select(0, layout.flat)  # (N, d) the real tokens
             sums = moments.add(j, rows, members, layout.text_row, B)
             first.append(sums[0].float())
@@ -194,7 +228,7 @@ class PassSums:
         moments.count += members.sum(dim=1)
         out = {"norm": torch.where(masks[:, None], torch.stack(norms)[None], 0.0).double().sum(-1).transpose(1, 2),
                "pooled": torch.stack(pooled, dim=2), "first": torch.stack(first, dim=2),
-               "square": torch.stack(square, dim=2), "tables": torch.stack(tables)}
+               "square": torch.stack(square, dim=2), "tables": torch.stack([tables[layer] for layer in self.layers])}
         ritz = self._ritz(ritz, kept_rows, residual, members, layout, index)
         if ritz is not None:
             out["ritz"] = ritz
@@ -225,13 +259,16 @@ class PassSums:
             rows = torch.from_numpy(np.asarray(index, dtype=np.int64))
             torch.from_numpy(self.ritz).index_copy_(1, rows, torch.from_numpy(host[str(i)]))
 
-    def _store(self, index: np.ndarray, host: dict[str, np.ndarray]) -> None:
-        """Write one batch's sums, read back, at its texts ``index``."""
-        entropy = from_host(host, self.lm.info.hidden_size).view(len(self.layers), 2, len(index), 3)  # (L, 2, B, 3)
-        host["entropy"] = np.empty((2, len(index), len(self.layers), 3))
-        torch.from_numpy(host["entropy"]).copy_(entropy.permute(1, 2, 0, 3))
+    def store(self, index: np.ndarray, host: dict[str, np.ndarray]) -> None:
+        """Write one batch's sums (:meth:`measure`, read back) at its texts ``index``; its prompt entropies go to
+        the worker thread, and the previous batch's are written first (their errors raised here)."""
+        grams = {key: host.pop(key) for key in GRAM_KEYS if key in host}
+        self._collect_entropy()
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="atlas-entropy")
+        self._entropy_job = (index, self._worker.submit(from_host, grams, self.lm.info.hidden_size))
         rows = torch.from_numpy(np.asarray(index, dtype=np.int64))
-        for name in ("tokens", "influence", "angular", "norm", "pooled", "first", "square", "entropy", "ritz"):
+        for name in ("tokens", "influence", "angular", "norm", "pooled", "first", "square", "ritz"):
             if name in host:  # torch's index_copy_ spreads the copy over the CPU's threads
                 into = torch.from_numpy(getattr(self, name))
                 into.index_copy_(1, rows, torch.from_numpy(host[name]).to(into.dtype))
@@ -242,13 +279,39 @@ class PassSums:
         self.counts["tokens"] += int(host["tokens"][0].sum())
         self.counts["texts"] += len(index)
 
-    def spectrum(self, s: int) -> list[np.ndarray]:
-        """Set ``s``'s covariance eigenvalues per layer slot, descending (float64)."""
-        n = self.counts["tokens"] if s == 0 else self.counts["kept"]
-        return list(self.moments.spectrum(s, n).numpy())
+    def _collect_entropy(self) -> None:
+        """Wait for the worker's last job and write its (K, B, 3) prompt entropies at its texts."""
+        if self._entropy_job is None:
+            return
+        index, job = self._entropy_job
+        self._entropy_job = None
+        entropy = job.result().view(len(self.layers), 2, len(index), 3).permute(1, 2, 0, 3)  # (2, B, L, 3)
+        rows = torch.from_numpy(np.asarray(index, dtype=np.int64))
+        torch.from_numpy(self.entropy).index_copy_(1, rows, entropy.to(torch.float64))
+
+    def finish(self) -> None:
+        """Write the last batch's prompt entropies and stop the worker thread (a second call does nothing)."""
+        try:
+            self._collect_entropy()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the worker thread, dropping a job not collected (a pass that stopped on an error)."""
+        self._entropy_job = None
+        if self._worker is not None:
+            self._worker.shutdown(wait=True, cancel_futures=True)
+            self._worker = None
+
+    def top1_ratios(self) -> tuple[np.ndarray, np.ndarray]:
+        """``ratio, dense = sums.top1_ratios()``: (2, L) float64 covariance top-1 share of each token set per layer
+        slot, and (2, L) bool where it needed the dense ``eigvalsh`` (:meth:`.moments.Moments.top1`)."""
+        return self.moments.top1([self.counts["tokens"], self.counts["kept"]])
 
     def text_stats(self) -> TextStats:
-        """The per-text sums (:class:`TextStats`); fixes the Ritz directions if fewer tokens than needed came."""
+        """The per-text sums (:class:`TextStats`); fixes the Ritz directions if fewer tokens than needed came, and
+        waits for the last batch's prompt entropies (:meth:`finish`)."""
+        self.finish()
         if self.moments.basis is None:
             self.moments.fix_basis()
             self._store_pending()

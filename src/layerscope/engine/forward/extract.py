@@ -150,9 +150,7 @@ class _Job:
         lm, settings = self.lm, self.settings
         device = input_device(lm.model)
         kept = len(settings.layers) + 1 if "mean_no_massive" in settings.poolings else 0
-        budget = memory_budget(lm.model, lm.info.vocab_size, kept)
-        ranges = plan_ranges(self.lengths[self.order], todo, self.batch_size, budget,
-                             **(GPU_PLAN if device.type == "cuda" else {}))
+        ranges = planned_ranges(lm, self.lengths[self.order], todo, self.batch_size, kept)
         if not ranges:
             return 0
         backoff = Backoff(self.batch_size or MAX_TEXTS_PER_BATCH)
@@ -196,6 +194,16 @@ class _Job:
                 job.lm = None
 
         return heal
+
+
+def planned_ranges(lm: LoadedModel, lengths: np.ndarray, todo: np.ndarray, batch_size: int | None,
+                   kept: int) -> list[tuple[int, int]]:
+    """``ranges = planned_ranges(lm, lengths, todo, None, kept)``: extract's batches, ``(start, stop)`` rows of
+    ``lengths`` (token counts sorted longest first) still ``todo``, from the device's memory budget with ``kept``
+    token states held per batch (:func:`.batching.plan_ranges`; on CUDA with :data:`GPU_PLAN`)."""
+    budget = memory_budget(lm.model, lm.info.vocab_size, kept)
+    cuda = input_device(lm.model).type == "cuda"
+    return plan_ranges(lengths, todo, batch_size, budget, **(GPU_PLAN if cuda else {}))
 
 
 GPU_PLAN = {"min_batches": 4, "max_padding": 1.25}
@@ -262,35 +270,34 @@ def run_batch_packed(lm: LoadedModel, batch: Batch, settings: ExtractSettings, p
     n_layers = lm.info.n_layers
     slot = {k: i for i, k in enumerate(settings.layers)} | {PRE_NORM: len(settings.layers)}
     deferred = "mean_no_massive" in settings.poolings
-    masks = pooling_masks(batch, lm.tokenizer.bos_token_id, settings.compat) if not deferred else None
+    masks = pooling_masks(batch, lm.tokenizer.bos_token_id, settings.compat)
     packed = torch.empty(packing.nbytes(len(host.index)), dtype=torch.uint8, device=device)
     vectors, scalars = packing.views(packed, len(host.index))  # (P, V, B, d) float32, (B, 4 + n_states) float64
     where = {p: i for i, p in enumerate(settings.poolings)}
-    kept: dict[int | str, torch.Tensor] = {}
+    at_once = [p for p in settings.poolings if p != "mean_no_massive"]  # pooled as each state arrives
+    massive = torch.zeros_like(real)  # (B, T) massive at any block output so far
+    kept: dict[int | str, torch.Tensor] = {}  # stored states waiting for the massive flags of every block
 
     def on_state(key, hidden):
         hidden = hidden.to(device)
-        if deferred:  # every block output and stored state waits for the massive flags of all blocks
-            kept[key] = hidden
-        elif key in slot:
-            for p, vector in pool(hidden, batch, masks, settings.poolings).items():
+        if key in slot and at_once:
+            for p, vector in pool(hidden, batch, masks, at_once).items():
                 vectors[where[p], slot[key]] = vector
+        if deferred:
+            if key == PRE_NORM or 1 <= key < n_layers:  # a decoder block's output: its flags now, while it is read
+                massive.logical_or_(massive_mask(hidden, real))
+            if key in slot:
+                kept[key] = hidden  # a reference to the model's own output, not a copy
 
     hooked = sorted(set(settings.layers) | (set(range(1, n_layers)) if deferred else set()))
     own_head = head_matches(lm, batch)
     with capture_states(lm, hooked, on_state), head_only_last(lm) if own_head else contextlib.nullcontext() as head:
         out = lm.model(**batch.model_inputs(), use_cache=False)
     if deferred:
-        group_bytes = GROUP_BYTES if device.type == "cuda" else 0
-        blocks = [kept[k] for k in kept if k == PRE_NORM or 1 <= k < n_layers]
-        massive = stacked_massive(blocks, real, group_bytes)
         masks = pooling_masks(batch, lm.tokenizer.bos_token_id, settings.compat, massive)
-        stored = sorted((k for k in kept if k in slot), key=slot.get)  # slots 0 .. V - 1 in order
-        for group in layer_groups(stored, kept[stored[0]], group_bytes):
-            first = slot[group[0]]
-            states = kept[group[0]][None] if len(group) == 1 else torch.stack([kept[k] for k in group])
-            for p, vector in pool(states, batch, masks, settings.poolings).items():
-                vectors[where[p], first : first + len(group)] = vector
+        for key, hidden in kept.items():
+            vectors[where["mean_no_massive"], slot[key]] = pool(hidden, batch, masks, ("mean_no_massive",))[
+                "mean_no_massive"]
         kept.clear()
     nll_sum, n_scored = head.nll(batch, host=host) if own_head else token_nll(out.logits, batch)
     del out, head
@@ -298,33 +305,10 @@ def run_batch_packed(lm: LoadedModel, batch: Batch, settings: ExtractSettings, p
     scalars[:, 1] = n_scored
     scalars[:, 2] = batch.attention_mask.sum(dim=1)
     scalars[:, 3] = ~torch.isfinite(nll_sum)
-    scalars[:, len(SCALARS):] = (~torch.isfinite(vectors).all(dim=-1)).any(dim=0).T  # (B, V) a slot not finite
+    # (B, V) a slot not finite: a vector's sum is finite exactly when its values are (one read, no bool copy), or
+    # they overflow float32 when added (|values| near 1e35), which the pooling already counts as not finite
+    scalars[:, len(SCALARS):] = (~torch.isfinite(vectors.sum(dim=-1))).any(dim=0).T
     return packed
-
-
-GROUP_BYTES = 256 * 2**20
-"""On CUDA, most bytes of float32 token states (G layers x B x T x d x 4) pooled or tested in one stacked call after
-the pass, so the launches do not grow with the layers; on a CPU, where a state is best read while it is in the
-cache, one layer at a time."""
-
-
-def layer_groups(keys: list, state: torch.Tensor, group_bytes: int) -> Iterator[list]:
-    """Runs of ``keys`` whose states (each shaped like ``state``) are handled together: as many as fit
-    ``group_bytes`` in float32, at least one."""
-    size = max(1, group_bytes // (state.numel() * 4))
-    for i in range(0, len(keys), size):
-        yield keys[i : i + size]
-
-
-def stacked_massive(states: list[torch.Tensor], real: torch.Tensor, group_bytes: int = 0) -> torch.Tensor:
-    """(B, T) bool: :func:`.massive.massive_mask` at any of ``states`` (each (B, T, d)), a group of layers per call
-    (:func:`layer_groups`; their texts side by side, so each text's median is its own at each layer)."""
-    flags = torch.zeros_like(real)
-    B = real.shape[0]
-    for group in layer_groups(list(range(len(states))), states[0], group_bytes) if states else ():
-        stack = states[group[0]] if len(group) == 1 else torch.cat([states[i] for i in group])  # (G * B, T, d)
-        flags |= massive_mask(stack, real.repeat(len(group), 1)).view(len(group), B, -1).any(dim=0)
-    return flags
 
 
 def run_batch(lm: LoadedModel, batch: Batch, settings: ExtractSettings,

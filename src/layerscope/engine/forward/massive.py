@@ -46,14 +46,16 @@ def massive_mask(hidden: torch.Tensor, real: torch.Tensor, ratio: float = MASSIV
       two middle values between bin edges at most 2^-7 apart: a token whose peak is above ``ratio`` x the
       bracket's top is massive, one at or below ``ratio`` x its bottom is not, and only a text with a peak in
       between (or middle values outside the histogram's window) gets its exact median by ``nanmedian``;
-    - ``"exact"`` (CUDA, float32 states): every text's median by ``nanmedian``.
+    - ``"exact"``: every text's median by ``nanmedian``;
+    - ``"count"`` (CUDA): no median at all unless it decides (:func:`_count_flags`): a binary search over each
+      text's sorted token peaks, each step one count of the values below the step's cut; no histogram, no atomics,
+      no host sync, no float32 copy of the states.
     """
     real = real.to(hidden.device).bool()
     if method is None:
-        if hidden.device.type == "cpu":
-            method = "bracket"
-        else:
-            method = "bits16" if hidden.dtype in (torch.bfloat16, torch.float16) else "exact"
+        method = "bracket" if hidden.device.type == "cpu" else "count"
+    if method == "count":
+        return _count_flags(hidden, real, ratio)
     n = real.sum(dim=1) * hidden.shape[-1]  # (B,) real values per text
     if method == "bits16":
         peak = torch.maximum(hidden.amax(dim=-1), -hidden.amin(dim=-1)).float()  # (B, T) max |x|; NaN stays NaN
@@ -75,6 +77,93 @@ def massive_mask(hidden: torch.Tensor, real: torch.Tensor, ratio: float = MASSIV
         median = _exact_median(mag[rows], real[rows], n[rows])
         flags[rows] = real[rows] & (peak[rows] > ratio * median[:, None])
     return flags & ~unusable[:, None]
+
+
+def _count_flags(hidden: torch.Tensor, real: torch.Tensor, ratio: float) -> torch.Tensor:
+    """(B, T) bool: :func:`massive_mask`'s flags found without a median, exactly.
+
+    A token is flagged when its peak ``p`` exceeds ``fl(ratio * m)``, ``m`` its text's median (float32, as
+    ``np.median``). ``fl(ratio * v)`` does not decrease with ``v``, so with ``c`` = how many of the text's ``n``
+    real values ``v`` have ``fl(ratio * v) < p`` (those below the cut :func:`_cut` of ``p``): for an even ``n`` the
+    token is flagged when ``c > n / 2`` (both middle values, so their mean, lie below the cut), not flagged when
+    ``c < n / 2``, and only ``c == n / 2`` (the cut between the two middle values) needs the middle values
+    themselves: the largest value below the cut and the smallest above it (for an odd ``n``, flagged when
+    ``c > (n - 1) / 2``). Whether a token is flagged grows with its peak, so a binary search over each text's sorted
+    peaks finds the first flagged one in ceil(log2(T + 1)) steps, each one count over the batch's values; a text
+    whose search met ``c == n / 2`` gets its two middle values at that cut (two reductions) and its flags from
+    their mean. Padding is never counted (its values are set to +inf, above every finite cut)."""
+    B, T, d = hidden.shape
+    if hidden.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        hidden = hidden.float()
+    values = hidden.abs()  # (B, T, d) in the states' dtype
+    peak = torch.where(real, values.amax(dim=-1).float(), torch.nan)  # (B, T); NaN stays NaN
+    values.masked_fill_(~real[..., None], torch.inf)  # padding: above every cut
+    unusable = (peak.isnan() & real).any(dim=1)  # np.median of values holding NaN is NaN: nothing flagged
+    n = real.sum(dim=1) * d  # (B,)
+    need = n // 2 + 1  # (B,) values below the cut that put the median below it (n/2 + 1, or (n + 1)/2 when odd)
+    half = torch.where(n % 2 == 0, n // 2, -1)  # (B,) the count that leaves the cut between two middle values
+    sorted_peaks = torch.where(peak.isnan(), torch.inf, peak).sort(dim=1).values  # (B, T) real ones first
+    cuts = _on_grid(_cut(sorted_peaks, ratio), values.dtype)  # (B, T): every step's cut, made once
+    lo, hi = torch.zeros_like(n), real.sum(dim=1)  # tokens s[:lo] not flagged, s[hi:] flagged (sorted order)
+    undecided = torch.zeros_like(real[:, 0])  # (B,) a step met c == n / 2
+    at = cuts[:, :1].clone()  # (B, 1) that step's cut
+    for _ in range(T.bit_length()):
+        mid = (lo + hi) // 2
+        cut = cuts.gather(1, mid.clamp(max=T - 1)[:, None])  # (B, 1)
+        below = (values < cut[..., None]).view(torch.uint8).sum(dim=(1, 2), dtype=torch.int64)  # (B,)
+        active = lo < hi
+        tie = (below == half) & active
+        at = torch.where((tie & ~undecided)[:, None], cut, at)
+        undecided |= tie
+        flagged = below >= need
+        hi, lo = torch.where(active & flagged, mid, hi), torch.where(active & ~flagged, mid + 1, lo)
+    last_unflagged = sorted_peaks.gather(1, (lo - 1).clamp(min=0)[:, None])[:, 0]  # (B,)
+    bound = torch.where(lo > 0, last_unflagged, -torch.inf)
+    flags = real & (peak > bound[:, None])
+    if hidden.device.type != "cpu" or bool(undecided.any()):  # off the CPU: always, so the host never waits
+        cut = at[..., None]  # (B, 1, 1)
+        lower = torch.where(values < cut, values, -torch.inf).amax(dim=(1, 2)).float()  # (B,) lower middle value
+        upper = torch.where(values >= cut, values, torch.inf).amin(dim=(1, 2)).float()  # (B,) the upper one
+        median = (lower + upper) / 2
+        flags = torch.where(undecided[:, None], real & (peak > ratio * median[:, None]), flags)
+    return flags & ~unusable[:, None]
+
+
+def _on_grid(cut: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``cut`` (float32, >= 0) moved up onto ``dtype``'s grid: the smallest ``dtype`` number >= it, so that for
+    values ``v`` of that dtype ``v < cut`` holds exactly when ``v < _on_grid(cut)`` (compared without a copy)."""
+    if dtype == torch.float32:
+        return cut
+    near = cut.to(dtype)
+    return torch.where(near.float() < cut, (near.view(torch.int16) + 1).view(dtype), near)
+
+
+def _cut(peak: torch.Tensor, ratio: float) -> torch.Tensor:
+    """float32, shaped like ``peak``: for each peak ``p`` (float32, >= 0 or +inf), the smallest float32 ``v`` with
+    ``fl32(ratio * v) >= p``, so that for ``v >= 0``, ``fl32(ratio * v) < p`` exactly when ``v < cut``.
+
+    The product of two float32 numbers is exact in float64, and ``fl32(x) >= p`` exactly when ``x`` lies above the
+    midpoint between ``p`` and the float32 below it (on it, when ties round to ``p``: an even ``p``), so the test is
+    exact in float64 for every ``v``, subnormal and overflowing products included; ``v`` starts at the midpoint
+    over ``ratio`` and moves by single float32 steps until it holds and fails one step below."""
+    r = float(np.float32(ratio))  # the float32 ratio, exactly, as a Python float (no tensor, no copy to the device)
+    up = torch.full_like(peak, torch.inf)
+    below = torch.nextafter(peak, -up).double()
+    top = torch.where(peak.isinf(), 2.0**128, peak.double())  # +inf: the float32 grid's next step past the max
+    mid = (below + top) / 2  # exact: the rounding boundary
+    even = peak.view(torch.int32) % 2 == 0  # a tie rounds to p
+
+    def reaches(v: torch.Tensor) -> torch.Tensor:
+        x = v.double() * r  # exact
+        return (x > mid) | ((x == mid) & even)
+
+    v = (mid / r).float()
+    for _ in range(2):
+        v = torch.where(reaches(v), v, torch.nextafter(v, up))
+    for _ in range(2):
+        lower = torch.nextafter(v, -up)
+        v = torch.where(reaches(lower), lower, v)
+    return v
 
 
 def _median_bits16(hidden: torch.Tensor, real: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
