@@ -35,8 +35,9 @@ the strict one: extract against the fastest bare pass of either order and any of
 
 After a warm-up, each of ``--repeats`` rounds runs every bare variant and extract once (interleaved, so a busy
 machine slows both alike); each time is the best of its rounds, CUDA synchronized before and after. Prints every
-time with its runs, the ratios (target <= 1.10), with ``--profile`` a torch.profiler table of extract's ops
-against the fastest bare pass's (the extra time per op, and the time no op accounts for), and whether the
+time with its runs, the ratios (target <= 1.10), the minor page faults of one pass of each, with ``--profile`` a
+torch.profiler table of extract's ops against the fastest bare pass's (the extra time per op, and the time no op
+accounts for), and whether the
 massive-token flags that ``mean_no_massive`` uses (:func:`layerscope.engine.forward.massive.massive_mask` at every
 decoder block output, each batch as extract plans it) equal a naive reference: per text and block, numpy's
 ``np.median`` of the text's |activations| over its real tokens and every dimension, a token massive where its
@@ -47,6 +48,7 @@ largest |activation| is above 100x it.
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 import time
 from pathlib import Path
@@ -77,6 +79,14 @@ def timed(device: torch.device, fn, *args, **kwargs) -> float:
     fn(*args, **kwargs)
     sync(device)
     return time.perf_counter() - start
+
+
+def page_faults(fn) -> int:
+    """Minor page faults of this process during ``fn()``: pages the kernel mapped afresh (on a CPU, every large
+    tensor a pass allocates anew costs one per 4 KiB, zeroed)."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    fn()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 
 def read_texts(which: str) -> list[str]:
@@ -258,6 +268,9 @@ def main() -> int:
     print(f"the same bare loop on load_model's model / on transformers' own: "
           f"{min(same['load_model']):.3f} s / {min(same['transformers']):.3f} s = "
           f"{min(same['load_model']) / min(same['transformers']):.3f}x   (nothing left hooked on it: about 1.00x)")
+    faults = {"extract": page_faults(lambda: extract(lm, texts, cache=False, progress=False)),
+              "bare": page_faults(lambda: bare_pass(bare, tok, feeds[fastest[0]], fastest[1], device))}
+    print(f"minor page faults in one pass: extract {faults['extract']:,}, the fastest bare loop {faults['bare']:,}")
     if args.profile:
         print(profile_table(lambda: extract(lm, texts, cache=False, progress=False),
                             lambda: bare_pass(bare, tok, feeds[fastest[0]], fastest[1], device), device))

@@ -10,7 +10,7 @@ import tiny
 from layerscope.engine.forward.batching import collate
 from layerscope.engine.forward.massive import MASSIVE_RATIO, _bracket, block_massive, massive_mask
 
-PATHS = ["bracket", "exact", "bits16-bfloat16", "bits16-float16", "count", "count-bfloat16", "count-float16"]
+PATHS = ["bound", "bracket", "exact", "bits16-bfloat16", "bits16-float16", "count", "count-bfloat16", "count-float16"]
 """``method=``: the histogram bracket (the CPU default), the exact median of every text, the 16-bit pattern
 histogram, and the count search (the GPU default) on float32, bfloat16 and float16 states (a ``-dtype`` path
 casts the states to that dtype first, and the reference reads the cast values)."""
@@ -216,3 +216,40 @@ def test_the_count_search_settles_a_cut_between_the_two_middle_values():
         cases += int(expect.any())
         np.testing.assert_array_equal(got, expect)
     assert cases > 50
+
+
+def test_the_bound_path_does_not_flag_a_peak_between_ratio_x_the_mean_and_ratio_x_the_median():
+    """A text whose median (1) is well above its mean (0.84: 40 % zeros): a peak of 90 is above 100x the mean but
+    below 100x the median, so it is not massive; one of 150 is."""
+    text = np.zeros((250, 4), dtype=np.float32)
+    text[:, :2] = 1.0
+    text[::5, 2] = 1.0  # 60 % ones: the median is 1
+    text[3, 3] = 90.0
+    text[5, 3] = -150.0
+    mean, median = np.abs(text).mean(), np.median(np.abs(text))
+    assert 100 * mean < 90 < 100 * median < 150
+    hidden, real = padded([text, np.ones((7, 4), dtype=np.float32)], "right", 0.0)
+    got, expect = flags_of(hidden, real, "bound")
+    assert expect.sum() == 1 and expect[0, 5]
+    np.testing.assert_array_equal(got, expect)
+
+
+def test_the_bound_settles_clear_texts_without_the_search(monkeypatch):
+    """Peaks 1000x the median and ordinary tokens far below the cut (128 dimensions, so one peak moves the mean
+    little), padding of zeros or 1e30 on either side: the bound and its one count decide every text, so the exact
+    search (``_count_flags``) is never called."""
+    from layerscope.engine.forward import massive
+
+    calls = []
+    search = massive._count_flags
+    monkeypatch.setattr(massive, "_count_flags", lambda *a: calls.append(1) or search(*a))
+    rng = np.random.default_rng(5)
+    for side, fill in [("right", 0.0), ("left", 0.0), ("right", 1e30), ("left", -1e30)]:
+        texts = [rng.normal(size=(n, 128)).astype(np.float32) for n in (3, 9, 14, 6)]
+        for t in texts[:3]:
+            t[0, 2] = 1000.0 * np.median(np.abs(t))
+        hidden, real = padded(texts, side, fill)
+        got, expect = flags_of(hidden, real, "bound")
+        assert expect.sum() == 3
+        np.testing.assert_array_equal(got, expect)
+    assert calls == []

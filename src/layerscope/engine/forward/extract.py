@@ -55,6 +55,7 @@ from .head import head_matches, head_only_last
 from .massive import massive_mask
 from .pipeline import SCALARS, Packing, Writer
 from .pooling import ALL_POOLINGS, pool, pooling_masks, token_nll
+from .scratch import Scratch, for_device
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +161,7 @@ class _Job:
         stored = itertools.count(reused + 1)
         report = (lambda: on_batch(next(stored), total)) if on_batch else None
         packing = Packing(settings.poolings, settings.layers, lm.info.hidden_size, lm.info.n_layers + 1)
+        scratch = for_device(device)
         max_rows = max(b - a for a, b in ranges)
         check = functools.partial(_check_host, lm, self.texts)
         with Writer(store, packing, device, max_rows, check, report) as writer:
@@ -168,7 +170,8 @@ class _Job:
                     index = self.order[a:b]
                     batch = collate([self.ids[i] for i in index], index, pad_id(lm.tokenizer),
                                     settings.padding_side)
-                    out = backoff.run(lambda batch=batch: run_batch_packed(lm, batch, settings, packing), lm)
+                    out = backoff.run(lambda batch=batch: run_batch_packed(lm, batch, settings, packing, scratch),
+                                      lm)
                     if out is not None:  # None: out of memory, run again in halves
                         writer.put(a, index, out)
                 writer.planned_done()
@@ -259,10 +262,12 @@ class Backoff:
 
 
 @torch.inference_mode()
-def run_batch_packed(lm: LoadedModel, batch: Batch, settings: ExtractSettings, packing: Packing) -> torch.Tensor:
+def run_batch_packed(lm: LoadedModel, batch: Batch, settings: ExtractSettings, packing: Packing,
+                     scratch: Scratch | None = None) -> torch.Tensor:
     """One forward pass over ``batch`` (on the host), its results packed on the device by ``packing``
     (:class:`.pipeline.Packing`): every pooled vector, each text's NLL, counts and finiteness flags. No host sync
-    but what the model's own forward does."""
+    but what the model's own forward does. ``scratch`` (:class:`.scratch.Scratch`, on a CPU): the logits and the
+    states kept for ``mean_no_massive`` go into its reused buffers instead of fresh memory each batch."""
     host = batch
     batch = batch.to(input_device(lm.model), non_blocking=True)
     device = batch.input_ids.device
@@ -277,6 +282,7 @@ def run_batch_packed(lm: LoadedModel, batch: Batch, settings: ExtractSettings, p
     at_once = [p for p in settings.poolings if p != "mean_no_massive"]  # pooled as each state arrives
     massive = torch.zeros_like(real)  # (B, T) massive at any block output so far
     kept: dict[int | str, torch.Tensor] = {}  # stored states waiting for the massive flags of every block
+    B, T = real.shape
 
     def on_state(key, hidden):
         hidden = hidden.to(device)
@@ -286,8 +292,11 @@ def run_batch_packed(lm: LoadedModel, batch: Batch, settings: ExtractSettings, p
         if deferred:
             if key == PRE_NORM or 1 <= key < n_layers:  # a decoder block's output: its flags now, while it is read
                 massive.logical_or_(massive_mask(hidden, real))
-            if key in slot:
+            if key in slot and scratch is None:
                 kept[key] = hidden  # a reference to the model's own output, not a copy
+            elif key in slot:  # a copy into a buffer every batch reuses: the model's own memory is freed for reuse
+                kept[key] = scratch.tensor("kept", (len(slot), B, T, hidden.shape[-1]), hidden.dtype)[slot[key]]
+                kept[key].copy_(hidden)
 
     hooked = sorted(set(settings.layers) | (set(range(1, n_layers)) if deferred else set()))
     own_head = head_matches(lm, batch)
@@ -299,7 +308,7 @@ def run_batch_packed(lm: LoadedModel, batch: Batch, settings: ExtractSettings, p
             vectors[where["mean_no_massive"], slot[key]] = pool(hidden, batch, masks, ("mean_no_massive",))[
                 "mean_no_massive"]
         kept.clear()
-    nll_sum, n_scored = head.nll(batch, host=host) if own_head else token_nll(out.logits, batch)
+    nll_sum, n_scored = head.nll(batch, host=host, scratch=scratch) if own_head else token_nll(out.logits, batch)
     del out, head
     scalars[:, 0] = nll_sum
     scalars[:, 1] = n_scored

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from ...models.load import LoadedModel
 from .batching import Batch, collate
 from .pooling import scored_targets, token_nll
+from .scratch import Scratch
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +45,13 @@ class HeadCapture:
         """(B, T, d) the head's input in the last forward pass (after the final norm)."""
 
     def nll(self, batch: Batch, chunk_bytes: int = CHUNK_BYTES, host: Batch | None = None,
-            start: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+            start: torch.Tensor | None = None, scratch: Scratch | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``nll_sum, n_scored = capture.nll(batch, host=cpu_batch, start=first)``: summed next-token NLL per text
         (float64) and scored-token count, as :func:`~.pooling.token_nll` (``start`` (B,) int: only the targets at
         positions >= ``start[b]``, as there). ``host``: the same batch on the CPU, where the scored positions and
-        counts are found without a device sync (``start`` then on the CPU too)."""
+        counts are found without a device sync (``start`` then on the CPU too). ``scratch``
+        (:class:`.scratch.Scratch`): the logits are made in its buffer and turned into log-probabilities in place
+        (the same numbers as ``F.cross_entropy``, without two fresh tokens x vocabulary tensors a batch)."""
         hidden = self.hidden
         device = hidden.device
         if host is not None:  # nonzero on the device would wait for it: find the positions on the host
@@ -65,11 +68,37 @@ class HeadCapture:
         step = max(1, chunk_bytes // (4 * vocab))
         nll = torch.empty(len(rows), dtype=torch.float32, device=device)
         for s in range(0, len(rows), step):
-            logits = transform(self.lm, head(hidden[rows[s : s + step], cols[s : s + step]])).float()
-            nll[s : s + step] = F.cross_entropy(logits, targets[s : s + step], reduction="none")
+            chosen = hidden[rows[s : s + step], cols[s : s + step]]  # (n, d)
+            if scratch is None:
+                logits = transform(self.lm, head(chosen)).float()
+                nll[s : s + step] = F.cross_entropy(logits, targets[s : s + step], reduction="none")
+            else:
+                logits = transform(self.lm, _head_into(head, chosen, scratch)).float()  # (n, vocab), ours
+                torch.log_softmax(logits, dim=1, out=logits)  # in place: each row is read before it is written
+                nll[s : s + step] = -logits.gather(1, targets[s : s + step, None])[:, 0]
         nll_sum = torch.zeros(len(scored), dtype=torch.float64, device=device)
         nll_sum.index_add_(0, rows, nll.double())
         return nll_sum, count
+
+
+def _head_into(head: torch.nn.Module, x: torch.Tensor, scratch: Scratch) -> torch.Tensor:
+    """``head(x)`` (n, vocab), written into ``scratch``'s logits buffer when the head is a plain ``nn.Linear`` that
+    nothing hooks (a hooked head is called, so its hooks see the call)."""
+    if (type(head) is not torch.nn.Linear or head.weight.dtype != x.dtype or _hooked(head)
+            or (torch.is_grad_enabled() and head.weight.requires_grad)):  # out= takes no autograd
+        return head(x)
+    out = scratch.tensor("logits", (x.shape[0], head.weight.shape[0]), x.dtype)
+    if head.bias is None:
+        return torch.mm(x, head.weight.t(), out=out)
+    return torch.addmm(head.bias, x, head.weight.t(), out=out)
+
+
+def _hooked(module: torch.nn.Module) -> bool:
+    """Whether calling ``module`` would run a hook: its own or a global one."""
+    from torch.nn.modules import module as nn_module
+
+    return bool(module._forward_hooks or module._forward_pre_hooks or nn_module._global_forward_hooks
+                or nn_module._global_forward_pre_hooks)
 
 
 def transform(lm: LoadedModel, logits: torch.Tensor) -> torch.Tensor:

@@ -42,7 +42,11 @@ def massive_mask(hidden: torch.Tensor, real: torch.Tensor, ratio: float = MASSIV
     - ``"bits16"`` (CUDA, bfloat16 or float16 states): a 16-bit float >= 0 read as an integer orders like its
       value, so one histogram of the 2^15 magnitude bit patterns per text gives each text's two middle values
       exactly (:func:`_median_bits16`): no float32 copy of the states, no select;
-    - ``"bracket"`` (CPU): one histogram of the float32 values' top 16 bits (:func:`_bracket`) puts each text's
+    - ``"bound"`` (CPU): the median is at most twice the mean (:func:`_bound_flags`), so a token whose peak is
+      above ``2 * ratio`` x its text's mean is massive, and one count of the values below the largest other peak's
+      cut usually clears the rest; a text that count does not settle goes to ``"count"``. Four reads of the states
+      and one count, with the host sync a CPU does not pay for;
+    - ``"bracket"``: one histogram of the float32 values' top 16 bits (:func:`_bracket`) puts each text's
       two middle values between bin edges at most 2^-7 apart: a token whose peak is above ``ratio`` x the
       bracket's top is massive, one at or below ``ratio`` x its bottom is not, and only a text with a peak in
       between (or middle values outside the histogram's window) gets its exact median by ``nanmedian``;
@@ -53,9 +57,11 @@ def massive_mask(hidden: torch.Tensor, real: torch.Tensor, ratio: float = MASSIV
     """
     real = real.to(hidden.device).bool()
     if method is None:
-        method = "bracket" if hidden.device.type == "cpu" else "count"
+        method = "bound" if hidden.device.type == "cpu" else "count"
     if method == "count":
         return _count_flags(hidden, real, ratio)
+    if method == "bound":
+        return _bound_flags(hidden, real, ratio)
     n = real.sum(dim=1) * hidden.shape[-1]  # (B,) real values per text
     if method == "bits16":
         peak = torch.maximum(hidden.amax(dim=-1), -hidden.amin(dim=-1)).float()  # (B, T) max |x|; NaN stays NaN
@@ -77,6 +83,39 @@ def massive_mask(hidden: torch.Tensor, real: torch.Tensor, ratio: float = MASSIV
         median = _exact_median(mag[rows], real[rows], n[rows])
         flags[rows] = real[rows] & (peak[rows] > ratio * median[:, None])
     return flags & ~unusable[:, None]
+
+
+SURE = 2.02
+""":func:`_bound_flags` calls a token massive when its peak is above ``SURE * ratio`` x its text's mean |value|:
+2 for the median's bound, 1 % for the rounding of the sums and of ``fl(ratio * median)``."""
+
+
+def _bound_flags(hidden: torch.Tensor, real: torch.Tensor, ratio: float) -> torch.Tensor:
+    """(B, T) bool: :func:`massive_mask`'s flags from a bound and one count, exactly (the CPU default).
+
+    Of a text's ``n`` values >= 0 with mean ``m``, fewer than ``n / 2`` exceed ``2 m`` (else their sum would pass
+    ``n m``), so its median is at most ``2 m`` and a token whose peak ``p`` is above ``2 ratio m`` (with 1 % to
+    spare: :data:`SURE`) is massive. Whether a token is flagged grows with its peak, so the largest other peak
+    ``q`` decides the rest: with ``c`` = the values below ``q``'s cut (:func:`_cut`, as in :func:`_count_flags`),
+    ``c < ceil(n / 2)`` means ``fl(ratio * median) >= q`` and no other token is flagged. A text where that count
+    does not clear ``q`` (a peak near ``ratio`` x the median) gets :func:`_count_flags`' exact search; it syncs
+    with the host to find those texts, which costs nothing on a CPU."""
+    B, T, d = hidden.shape
+    values = hidden.float()
+    values = values.abs_() if values is not hidden else values.abs()  # (B, T, d) a new tensor
+    peak = values.amax(dim=-1)  # (B, T); NaN where a token holds NaN
+    unusable = (peak.isnan() & real).any(dim=1)  # np.median of values holding NaN is NaN: nothing flagged
+    n = real.sum(dim=1) * d  # (B,)
+    mean = torch.where(real, values.sum(dim=-1), 0.0).double().sum(dim=1) / n  # (B,) float64
+    sure = real & (peak.double() > SURE * ratio * mean[:, None])  # (B, T)
+    rest = torch.where(real & ~sure & ~peak.isnan(), peak, 0.0).amax(dim=1)  # (B,) q, 0 where no token is left
+    cut = _cut(rest, ratio)  # (B,)
+    below = torch.where(real, (values < cut[:, None, None]).sum(dim=-1), 0).sum(dim=1)  # (B,) c
+    open_rows = ((below >= (n + 1) // 2) & ~unusable).nonzero(as_tuple=True)[0]  # q not cleared: rare
+    flags = sure  # a text holding NaN has a NaN mean: none of its tokens is sure
+    if len(open_rows):
+        flags[open_rows] = _count_flags(hidden[open_rows], real[open_rows], ratio)
+    return flags
 
 
 def _count_flags(hidden: torch.Tensor, real: torch.Tensor, ratio: float) -> torch.Tensor:

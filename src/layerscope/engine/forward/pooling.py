@@ -100,12 +100,15 @@ def pool(hidden: torch.Tensor, batch: Batch, masks: torch.Tensor | dict[str, tor
     out = {}
     if means:
         bad = ~torch.isfinite(hidden.sum(dim=-1, dtype=torch.float32))[..., None]  # (..., B, T, 1)
-        clean = torch.where(bad, 0.0, hidden)  # a new tensor in the model's dtype: its own is never changed
         chosen = torch.stack([masks[name] for name in means], dim=1)  # (B, P, T) bool
-        totals = weighted_sums(chosen, clean)  # (..., B, P, d) float32
         counts = chosen.sum(dim=2, keepdim=True)  # (B, P, 1)
-        broken = torch.matmul(chosen.float(), bad.float())  # (..., B, P, 1): non-finite tokens each mean counts
-        totals = torch.where(broken > 0, torch.nan, totals)
+        if free_to_check(bad) and not bool(bad.any()):  # a check that costs no wait: every token is finite
+            totals = weighted_sums(chosen, hidden)  # so the states are read as they are, with no cleaned copy
+        else:
+            clean = torch.where(bad, 0.0, hidden)  # a new tensor in the model's dtype: its own is never changed
+            totals = weighted_sums(chosen, clean)  # (..., B, P, d) float32
+            broken = torch.matmul(chosen.float(), bad.float())  # (..., B, P, 1): non-finite tokens each mean counts
+            totals = torch.where(broken > 0, torch.nan, totals)
         for i, name in enumerate(means):
             out[name] = totals[..., i, :] / counts[:, i]  # 0/0 = NaN for a text with no token left
     for name in poolings:
@@ -114,6 +117,12 @@ def pool(hidden: torch.Tensor, batch: Batch, masks: torch.Tensor | dict[str, tor
         elif name == "first":
             out[name] = hidden[..., rows, batch.first, :].float()
     return {name: out[name] for name in poolings}
+
+
+def free_to_check(t: torch.Tensor) -> bool:
+    """Whether reading ``t`` on the host makes it wait for nothing (``t`` is on the CPU): the shortcuts that look
+    at the data before choosing a path take them only then, and a GPU pass never syncs for them."""
+    return t.device.type == "cpu"
 
 
 def weighted_sums(weights: torch.Tensor, states: torch.Tensor) -> torch.Tensor:

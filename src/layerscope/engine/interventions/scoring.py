@@ -10,7 +10,9 @@
 
 Each pass runs the output head on the scored positions alone (:mod:`.head`: no logits at padding, at each text's
 last token or before ``score_from``), the positions found on the host copy of the batch; a model whose head cannot
-be split off that way (:func:`~.head.head_matches`) computes the full logits instead, the same numbers.
+be split off that way (:func:`~.head.head_matches`) computes the full logits instead, the same numbers. On a CPU
+the logits go into one buffer the scorer keeps for all its passes (:mod:`..forward.scratch`; at most
+``head.CHUNK_BYTES``), so a pass does not page-fault a fresh tokens x vocabulary tensor in.
 
 A kept stream is the output of one decoder block for every batch, in the model's dtype, held in host memory
 (``scorer.state_bytes`` each). A pass started from it equals a whole pass exactly when the weights of the
@@ -32,6 +34,7 @@ from ..forward.batching import MAX_TEXTS_PER_BATCH, Batch, collate, memory_budge
 from ..forward.guards import check_finite, encode, first_nonfinite_layer
 from ..forward.head import head_matches, head_only_last
 from ..forward.pooling import token_nll
+from ..forward.scratch import for_device
 from .prefix import keep_outputs, stand_ins
 
 
@@ -60,6 +63,7 @@ class Scorer:
         """Host memory one kept stream takes (every batch's padded tokens x hidden size x the dtype's bytes)."""
         self._kept: dict[int, list[torch.Tensor]] = {}
         self._as_tuple = False
+        self._scratch = for_device(input_device(lm.model))  # on a CPU: one logits buffer for every pass
 
     @torch.inference_mode()
     def score(self, start: int = 0, source: int | None = None, keep: dict[int, int] | None = None,
@@ -102,7 +106,7 @@ class Scorer:
                   head_only_last(self.lm) if own_head else contextlib.nullcontext() as head):
                 out = self.lm.model(**batch.model_inputs(), use_cache=False)
             if own_head:  # the head runs on the scored positions alone, found on the host copy of the batch
-                total, count = head.nll(batch, host=host, start=begin)
+                total, count = head.nll(batch, host=host, start=begin, scratch=self._scratch)
             else:
                 total, count = token_nll(out.logits.to(batch.input_ids.device), batch, start=begin)
             del out, head
