@@ -295,8 +295,8 @@ def run_batch_packed(lm: LoadedModel, batch: Batch, settings: ExtractSettings, p
             if key in slot and scratch is None:
                 kept[key] = hidden  # a reference to the model's own output, not a copy
             elif key in slot:  # a copy into a buffer every batch reuses: the model's own memory is freed for reuse
-                kept[key] = scratch.tensor("kept", (len(slot), B, T, hidden.shape[-1]), hidden.dtype)[slot[key]]
-                kept[key].copy_(hidden)
+                states = scratch.tensor("kept", (len(slot), B, T, hidden.shape[-1]), hidden.dtype)  # same each call
+                kept[key] = states[slot[key]].copy_(hidden)
 
     hooked = sorted(set(settings.layers) | (set(range(1, n_layers)) if deferred else set()))
     own_head = head_matches(lm, batch)

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
+from torch.nn.modules import module as nn_module
 
 from ...models.load import LoadedModel
 from .batching import Batch, collate
@@ -95,8 +96,6 @@ def _head_into(head: torch.nn.Module, x: torch.Tensor, scratch: Scratch) -> torc
 
 def _hooked(module: torch.nn.Module) -> bool:
     """Whether calling ``module`` would run a hook: its own or a global one."""
-    from torch.nn.modules import module as nn_module
-
     return bool(module._forward_hooks or module._forward_pre_hooks or nn_module._global_forward_hooks
                 or nn_module._global_forward_pre_hooks)
 

@@ -28,7 +28,7 @@ class Scratch:
 
     def tensor(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """An uninitialised tensor of ``shape`` and ``dtype`` on the buffer ``name`` (its old contents, if any)."""
-        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        nbytes = math.prod(shape) * dtype.itemsize
         buffer = self._buffers.get(name)
         if buffer is None or buffer.numel() < nbytes:
             self._buffers.pop(name, None)  # the old buffer goes before the new one is made: one of them at a time
