@@ -44,7 +44,13 @@ def journalled(cache: Path) -> list[tuple[int, int]]:
     """The (start, stop) rows of every complete journal line of the cache's entries: one per stored batch."""
     ranges = []
     for journal in cache.glob("activations/*/*/journal.jsonl"):
-        for line in journal.read_text().splitlines(keepends=True):
+        if journal.parent.name.startswith("."):  # an entry still being made, renamed into place any moment
+            continue
+        try:
+            text = journal.read_text()
+        except FileNotFoundError:  # renamed or rewritten between the glob and the read
+            continue
+        for line in text.splitlines(keepends=True):
             with contextlib.suppress(ValueError, KeyError):
                 if line.endswith("\n"):  # a line the kill cut short does not count
                     ranges.append((json.loads(line)["start"], json.loads(line)["stop"]))
