@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+BROWSER := $(VENV)/.browser
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup run test unit integration lint docs bench clean
@@ -19,8 +20,11 @@ $(STAMP): pyproject.toml requirements.lock
 	@echo "converting the packaged Gemma 3 270M (GGUF) into layerscope's model cache, once"
 	@$(BIN)/python -c "from layerscope import load_model; load_model('gemma3-270m')" >/dev/null 2>&1 || \
 		echo "note: Gemma 3 270M could not be converted now (is the cache writable?); it will be on first use"
+	touch $@
+
+$(BROWSER): $(STAMP)  # the tests' headless browser (the HTML report tests); `make run` needs none
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
-		{ echo "installing Debian's chromium (headless browser for the HTML report test)"; \
+		{ echo "installing Debian's chromium (headless browser for the HTML report tests)"; \
 		  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null || \
 		  { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }; }
 	touch $@
@@ -29,13 +33,13 @@ run: $(STAMP)  ## all eight studies on the default models -> runs/<time>/index.h
 	$(BIN)/layerscope train-lens --model smollm2-135m  # once: later runs find it in the cache
 	$(BIN)/layerscope run --tuned-lens auto
 
-test: $(STAMP)  ## every test: unit (tiny random models) and integration (real SmolLM2)
+test: $(STAMP) $(BROWSER)  ## every test: unit (tiny random models) and integration (real SmolLM2)
 	$(BIN)/python -m pytest -q
 
-unit: $(STAMP)  ## the fast tier: no real model, no resume, suite reproduction or Ray tests
+unit: $(STAMP) $(BROWSER)  ## the fast tier: no real model, no resume, suite reproduction or Ray tests
 	$(BIN)/python -m pytest -q -m "not integration and not slow"
 
-integration: $(STAMP)
+integration: $(STAMP) $(BROWSER)
 	$(BIN)/python -m pytest -q -m integration
 
 lint: $(STAMP)  ## ruff (the version pinned in requirements.lock) and the import contracts (lint-imports), both in pyproject.toml
