@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 BROWSER := $(VENV)/.browser
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup run test unit integration lint docs bench clean
+.PHONY: setup run test unit integration lint docs docs-results bench clean
 
 setup: $(STAMP)
 
@@ -48,6 +48,10 @@ lint: $(STAMP)  ## ruff (the version pinned in requirements.lock) and the import
 
 docs: $(STAMP)  ## the documentation site from docs/ and mkdocs.yml -> site/index.html (offline; a broken link fails)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+docs-results: $(STAMP)  ## every result number in README.md and docs/ from one make run: make docs-results RUN=runs/<time> TIMES=times.json
+	@test -n "$(RUN)" -a -n "$(TIMES)" || { echo "usage: make docs-results RUN=runs/<time> TIMES=times.json (see docs/results.md)"; exit 2; }
+	$(BIN)/python tools/run_findings.py keep $(RUN) --times $(TIMES)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/extract_vs_seed.py

@@ -8,8 +8,7 @@ made at its defaults, with its record: timing, budget, held-out and in-sample me
 (``benchmarks/tuned_lens_train.py``: the default against 0.2's 250-step recipe on the same split),
 ``paper_budget_h200.json`` (``benchmarks/tuned_lens_paper_budget.py`` on a lent GPU) and ``made.json`` (the commit
 and day of the runs, and ``make run``'s measured wall time on a fresh clone). It rewrites the blocks between
-``<!-- NAME:start -->`` and ``<!-- NAME:end -->``: ``make-run-time`` in README.md and docs/getting-started.md,
-``lens-headline`` in README.md,
+``<!-- NAME:start -->`` and ``<!-- NAME:end -->``:``lens-headline`` in README.md,
 ``lens-findings`` in docs/cli.md, and ``lens-grid`` in README.md from ``grid.txt`` (what ``layerscope lens "The
 capital of France is" --tuned auto`` printed through that lens). Nothing in those blocks is typed by hand.
 """
@@ -46,13 +45,6 @@ def lens_record() -> dict:
 def comparison(bench: dict) -> tuple[list[bool], int]:
     meets = bench["meets_bar"][:-1]  # the last state is the model itself (KL 0 for both)
     return meets, sum(meets)
-
-
-def make_run_time(made: dict, record: dict) -> str:
-    run = made["make_run"]
-    return (f"On this 2-core CPU `make run` took **{minutes(run['seconds'])}** after set-up from a fresh clone "
-            f"and an empty cache ({run['day']}, commit {run['commit']}), the lens's training included "
-            f"({minutes(record['seconds']['wall'])} of it).")
 
 
 def headline(record: dict, bench: dict, made: dict) -> str:
@@ -149,9 +141,7 @@ def main() -> int:
     args = parser.parse_args()
     record, bench, gpu, made = lens_record(), load("benchmark.json"), load("paper_budget_h200.json"), load("made.json")
     grid = "```text\n" + (KEPT / "grid.txt").read_text(encoding="utf-8").rstrip("\n") + "\n```"
-    blocks = {"docs/getting-started.md": {"make-run-time": make_run_time(made, record)},
-              "README.md": {"make-run-time": make_run_time(made, record),
-                            "lens-headline": headline(record, bench, made), "lens-grid": grid},
+    blocks = {"README.md": {"lens-headline": headline(record, bench, made), "lens-grid": grid},
               "docs/cli.md": {"lens-findings": findings(record, bench, gpu, made)}}
     stale = []
     for page, bodies in blocks.items():

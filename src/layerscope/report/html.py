@@ -249,14 +249,16 @@ def markdown_html(text: str, shift: int = 0) -> str:
 
 def _manifest(title: str, manifest: dict) -> str:
     rows = "".join(
-        f"<tr><td>{html.escape(str(m.get('name')))}</td><td><code>{html.escape(str(m.get('weights_hash'))[:16])}"
+        f"<tr><td>{html.escape(str(m.get('name')))}</td><td>{html.escape(str(m.get('exact') or m.get('name')))}</td>"
+        f"<td><code>{html.escape(str(m.get('weights_hash'))[:16])}"
         f"</code></td><td>{html.escape(str(m.get('n_layers')))}</td><td>{html.escape(str(m.get('dtype')))}</td>"
         f"<td>{html.escape(str(m.get('device')))}</td></tr>" for m in manifest.get("models", []))
     dataset = manifest.get("dataset") or {}
     versions = ", ".join(f"{k} {v}" for k, v in (manifest.get("versions") or {}).items())
     timings = ", ".join(f"{k} {v:.1f}" for k, v in (manifest.get("timings") or {}).items()
                         if isinstance(v, (int, float)))
-    return (f"<h3>{html.escape(title)}</h3><table><tr><th>model</th><th>weights SHA-256</th><th>layers</th>"
+    return (f"<h3>{html.escape(title)}</h3><table><tr><th>model</th><th>checkpoint and quantization</th>"
+            "<th>weights SHA-256</th><th>layers</th>"
             f"<th>dtype</th><th>device</th></tr>{rows}</table>"
             f"<p>Data: {html.escape(str(dataset.get('source')))} (SHA-256 <code>{html.escape(str(dataset.get('hash')))}"
             f"</code>). Seed {html.escape(str(manifest.get('seed')))}.<br>Versions: {html.escape(versions)}.<br>"

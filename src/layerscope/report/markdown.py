@@ -82,6 +82,22 @@ def method_line(config: dict) -> str:
     return "Method: **corrected** (a BOS token dropped by its id, never by position)."
 
 
+def with_models(report: str, manifest: dict) -> str:
+    """``report`` with a line naming every model of ``manifest`` exactly (checkpoint and quantization, and the
+    first 16 hex digits of its weights' SHA-256) after its title line (the first line, when it is a heading),
+    else at its top: ``with_models("# Divergence\n\n...", result.manifest)``."""
+    models = manifest.get("models") or []
+    if not models:
+        return report
+    names = "; ".join(f"{md_text(m.get('name'))} = {md_text(m.get('exact') or m.get('name'))} (weights SHA-256 "
+                      f"{md_text(str(m.get('weights_hash'))[:16])})" for m in models)
+    line = f"Model{'s' if len(models) > 1 else ''}: {names}."
+    title, _, rest = report.partition("\n")
+    if title.startswith("# "):
+        return f"{title}\n\n{line}\n\n{rest.lstrip(chr(10))}"
+    return f"{line}\n\n{report}"
+
+
 def md_text(s: Any) -> str:
     """``f"## {md_text(model)}"``: ``str(s)`` as inert markdown text, shown as it is. Markup characters
     (``\\ ` * _ [ ] < > & | ~ ! #``) are backslash-escaped, line breaks become spaces, and a leading ``-``, ``+``,

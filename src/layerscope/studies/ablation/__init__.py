@@ -22,7 +22,7 @@ from ...study.per_model import each_model
 from ...study.registry import register_study
 from ...study.result import StudyResult, make_table
 from ...study.settings import ConfigError, Settings, by_compat, check_n_bootstrap, setting
-from ..shared.caveats import MIN_N, group_warnings
+from ..shared.caveats import MIN_N, group_warnings, prequantized_warnings
 from .analysis import VERDICT_METRICS
 from .claims import claims as study_claims
 from .configs import load_configs, read_configs, standard_configs, sweep_configs
@@ -157,7 +157,8 @@ class Ablation(Study):
                    "languages": {lang.code: lang.resource for lang in languages.languages}}
         summary: AblationSummary = {"bits": bits, "recipe": primary.recipe, "primary": primary.label,
                                     "models": summaries,
-                                    "warnings": group_warnings(len(languages.high), len(languages.low))}
+                                    "warnings": [*prequantized_warnings(models, bits),
+                                                 *group_warnings(len(languages.high), len(languages.low))]}
         record = manifest(config, models, dataset, timings, max_length=max_length)
         return StudyResult(study=self.name, config=config.to_dict(), manifest=record, summary=summary,
                            table=make_table(rows))

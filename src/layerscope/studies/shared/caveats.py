@@ -47,6 +47,17 @@ def group_warnings(n_high: int, n_low: int) -> list[str]:
             f"low-resource languages (< {MIN_N} each): one language can swing it; treat H5 as descriptive."]
 
 
+def prequantized_warnings(models: list[dict], bits: int) -> list[str]:
+    """A warning per manifest model entry whose weights already lie on a quantization grid (``prequantized``, e.g.
+    a Q4_1 GGUF): fake-quantizing them again measures a second rounding relative to that model, not what
+    quantizing the full-precision checkpoint would cost."""
+    return [f"ablation, {m['name']}: its weights already lie on a {m['prequantized']} grid ({m.get('exact')}); "
+            f"fake-quantizing them again to {bits} bits rounds a quantized model a second time, so each number is "
+            f"the cost relative to that {m['prequantized']} model, not what quantizing the full-precision "
+            "checkpoint would cost; compare layers with each other, not with published quantization results."
+            for m in models if m.get("prequantized")]
+
+
 def category_warnings(study: str, pairs: PairDataset, drop_category: str | None = None) -> list[str]:
     """Small-n warnings for category-level correlations on ``pairs`` and, given ``drop_category``, on the
     pairs without it (``ConfigError`` if that is not a category; check the minimum with
