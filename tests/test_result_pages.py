@@ -16,15 +16,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 MEASUREMENTS = {
-    "docs/benchmarks.md": "speed measurements, each with the benchmark command and its output under benchmarks/results/",
+    "docs/benchmarks.md": "speed measurements, each with its benchmark command and output under benchmarks/results/",
     "docs/engine.md": "the engine's speed measurements, each with its benchmark command (as docs/benchmarks.md)",
 }
 """Pages of speed measurements, which are not results of a study; every other page is scanned."""
 CONSTANTS = {
     "0.05": "the default significance level", "0.001": "ablation's floor for the high-resource degradation",
-    "0.1": "a method constant (a tolerance, a threshold, a dose, a learning rate)", "-0.1": "phases' inversion threshold",
+    "0.1": "a method constant (a tolerance, a threshold, a dose, a learning rate)",
+    "-0.1": "phases' inversion threshold",
     "0.2": "divergence's label thresholds", "-0.2": "divergence's label thresholds", "0.5": "a threshold or a dose",
-    "-0.5": "divergence's label thresholds", "0.15": "phases' pattern thresholds", "+0.15": "phases' pattern thresholds",
+    "-0.5": "divergence's label thresholds", "0.15": "phases' pattern thresholds",
+    "+0.15": "phases' pattern thresholds",
     "-0.15": "phases' pattern thresholds", "+0.1": "phases' pattern thresholds", "0.25": "probe's steering dose",
     "0.9": "SGD's momentum", "3.5": "a column's width in inches",
 }
@@ -38,8 +40,8 @@ TIME = re.compile(r"\b\d+(?:\.\d+)? ?(?:min|minutes|seconds|s|h|hours)\b")
 
 def prose(text: str) -> str:
     """``text`` without generated blocks, fenced code, code spans, link targets, HTML comments and version numbers."""
-    for pattern in (BLOCK, FENCE, re.compile(r"`[^`\n]*`"), re.compile(r"\]\([^)]*\)"), re.compile(r"<!--.*?-->", re.S),
-                    VERSION):
+    for pattern in (BLOCK, FENCE, re.compile(r"`[^`\n]*`"), re.compile(r"\]\([^)]*\)"),
+                    re.compile(r"<!--.*?-->", re.S), VERSION):
         text = pattern.sub(" ", text)
     return text
 

@@ -1,6 +1,6 @@
 """Write what one recorded `make run` found (its verdicts, headlines, figures and times) into the pages.
 
-    .venv/bin/python tools/run_findings.py keep runs/<time> --times times.json [--lens DIR --grid FILE]
+    .venv/bin/python tools/run_findings.py keep runs/<time> --times times.json   # [--lens DIR --grid FILE]
     .venv/bin/python tools/run_findings.py keep-tests ci.log                      # the tests' count and time from a log
     .venv/bin/python tools/run_findings.py write                                  # the pages again from what is kept
     .venv/bin/python tools/run_findings.py check   # exit 1 when a page differs (tests/docs/test_result_pages.py)
@@ -11,8 +11,9 @@ screenshot of the top of its ``index.html`` (the verdict table, taken by headles
 ``make setup`` and ``make run`` read from ``--times`` (a JSON file ``{"setup_s": ..., "run_s": ..., "commit":
 ..., "day": ..., "machine": ...}``, what ``/usr/bin/time`` measured). The tuned lens ``make run`` trained there is
 read from ``docs/results/tuned-lens-smollm2/config.json``: ``--lens DIR`` (the lens folder in that clone's cache)
-copies its ``config.json`` there (and its held-out figure, ``lens_eval.png``, into docs/figures/), and ``--grid FILE`` what ``layerscope lens "The capital of France is" --tuned
-auto`` printed through it, for tools/lens_findings.py.
+copies its ``config.json`` there (and its held-out figure, ``lens_eval.png``, into docs/figures/), and
+``--grid FILE`` what ``layerscope lens "The capital of France is" --tuned auto`` printed through it, for
+tools/lens_findings.py.
 
 Every page block this writes lies between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` markers: ``times`` in
 README.md and docs/getting-started.md, ``gallery`` in docs/index.md, ``made`` in docs/results.md and

@@ -18,7 +18,8 @@ def model_entry(info: ModelInfo, acts: Activations | None = None) -> dict:
     ``SmolLM2-135M-Instruct, Q4_1 GGUF dequantized to float32``), ``prequantized`` the grid its weights already
     lie on (``Q4_1``; None for full precision as far as the spec tells)."""
     entry = {"name": info.name, "exact": exact_name(info.name, info.revision),
-             "prequantized": prequantized(info.name), "revision": info.revision, "weights_hash": info.weights_hash, "n_layers": info.n_layers,
+             "prequantized": prequantized(info.name), "revision": info.revision, "weights_hash": info.weights_hash,
+             "n_layers": info.n_layers,
              "hidden_size": info.hidden_size, "architecture": info.architecture, "adds_bos": info.adds_bos,
              "last_hidden_normed": info.last_hidden_normed, "dtype": info.dtype, "device": info.device,
              "max_positions": info.max_positions}
