@@ -160,15 +160,15 @@ def models_line(results: dict) -> str:
 
 def times(made: dict, lens_s: float, link: str) -> str:
     run = made["run_s"]
-    text = (f"Measured on a fresh clone ({made['machine']}, {made['day']}, commit {made['commit']}; "
-            f"[how]({link})): `make setup` **{minutes(made['setup_s'])}** (once), then `make run` "
-            f"**{minutes(run)}**: the tuned lens {minutes(lens_s)} (once per cache) and the eight studies "
+    text = (f"On a fresh clone ({made['machine']}, {made['day']}, commit {made['commit']}; [how]({link})), "
+            f"`make run` took **{minutes(made['setup_s'] + run)}** in all: the set-up {minutes(made['setup_s'])} "
+            f"(once), the tuned lens {minutes(lens_s)} (once per cache) and the eight studies "
             f"{minutes(run - lens_s)}.")
     tests = made.get("tests")
     if tests:
-        text += (f" `make test`: {tests['passed']:,} tests in **{minutes(tests['seconds'])}** "
+        text += (f" `make test` ran {tests['passed']:,} tests in **{minutes(tests['seconds'])}** after its set-up "
                  f"({tests['day']}, commit {tests['commit']}"
-                 + (f"; `.ci/run` with its set-up, lint and docs {minutes(tests['ci_s'])}" if "ci_s" in tests else "")
+                 + (f"; `.ci/run`, with set-up, lint and the docs, {minutes(tests['ci_s'])}" if "ci_s" in tests else "")
                  + ").")
     return text
 
