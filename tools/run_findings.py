@@ -184,7 +184,8 @@ def study_block(study: str, result, made: dict) -> str:
     for _study, model, claim, status, key, flips in s.verdicts:
         lines.append(f"| {cell(model)} | {cell(claim)} | {cell(status)} | {cell(key)} | "
                      f"{cell(', '.join(flips) or 'none')} |")
-    lines += ["", f"![{study}: the figure of the recorded run](../results/make-run/{figure(study)})"]
+    if study != "probe":  # the probe's figures stand under its per-contrast table (tools/probe_findings.py)
+        lines += ["", f"![{study}: the figure of the recorded run](../results/make-run/{figure(study)})"]
     return "\n".join(lines)
 
 
