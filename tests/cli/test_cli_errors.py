@@ -111,6 +111,8 @@ def test_an_unused_option_is_one_error_and_the_saved_config_reruns_from_elsewher
     assert refused.exit_code == 2 and not (tmp_path / "first").exists()
     assert one_error_line(refused.output) == ("error: --bits is not used by anisotropy; leave it out (see "
                                               "`layerscope run anisotropy --help` for its options)")
+    refused = runner.invoke(app, [*args, "--no-prefix-reuse"])  # named as typed, not as the setting's on-flag
+    assert one_error_line(refused.output).startswith("error: --no-prefix-reuse is not used by anisotropy; ")
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.output.splitlines() if line.startswith(("warning:", "error:"))]
