@@ -180,7 +180,7 @@ def _heatmap(model: str, label: str, sweep: list[SweepRow], resource: dict[str, 
 
 
 def _has_ci(by: dict[str, ConfigRow]) -> bool:
-    """Whether the rows carry bootstrap intervals (default mode; seed compat has none)."""
+    """Whether the rows carry bootstrap intervals (default mode; notebooks mode has none)."""
     return any(r.get("d_hr_ci") is not None for r in by.values())
 
 

@@ -3,6 +3,7 @@ error, sweep, and how the forward passes ran (prefix reuse)."""
 
 from __future__ import annotations
 
+from ...modes import NOTEBOOKS
 from ...quant import RECIPES
 from ...report.markdown import md_table, md_text, number
 from ...study.result import StudyResult
@@ -32,7 +33,7 @@ def _ratio(x) -> str:
 def report(result: StudyResult) -> str:
     """``text = report(result)``: the markdown report of an ablation result."""
     s: AblationSummary = result.summary
-    seed = result.config.get("compat") == "seed"
+    seed = result.config.get("compat") == NOTEBOOKS
     out = ["# Ablation: which layers matter most when quantized, per language?", "",
            (f"Each configuration fake-quantizes a set of decoder layers to {s['bits']} bits (symmetric, round to "
            "nearest); every text's perplexity is compared with the unquantized baseline. Degradation = "
@@ -114,8 +115,8 @@ def _layer_errors(v: VariantSummary) -> list[str]:
 
 
 def _method(config: dict) -> str:
-    if config.get("compat") == "seed":
-        return ("Method: **seed compat**: the notebook's quantization (one scale per tensor, every parameter "
+    if config.get("compat") == NOTEBOOKS:
+        return ("Method: **notebooks mode**: the notebook's quantization (one scale per tensor, every parameter "
                 "named 'weight' in a layer, norm weights included) and its truncation at 256 tokens.")
     return ("Method: the notebook quantizes every parameter named 'weight' in a layer (norm weights included) "
             "with one scale per tensor; layerscope's default quantizes only linear-layer weights with one scale "
@@ -156,7 +157,7 @@ def _per_language(table, model: str, v: VariantSummary, configs: list[str]) -> s
 
 
 def _config_table(rows: list[ConfigRow], seed: bool) -> list[str]:
-    """The per-configuration table: the notebook's columns in seed compat; with the perplexity blow-up,
+    """The per-configuration table: the notebook's columns in notebooks mode; with the perplexity blow-up,
     the disparity's bootstrap interval and "broken (ppl x...)" in place of a ratio otherwise."""
     def broken(c: ConfigRow) -> str:
         return f"broken (ppl x{c['median_ppl_ratio']:.4g})"
