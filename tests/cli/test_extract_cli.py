@@ -44,8 +44,9 @@ def test_extract_writes_activations_and_manifest(tmp_path, model_dir, dataset):
     assert {"torch", "transformers", "numpy", "python", "layerscope"} <= m["versions"].keys()
     assert m["timing"]["total_s"] >= m["timing"]["extract_s"] > 0
     assert m["cache"] == {"batches": 4, "computed": 4, "reused": 0}
-    # the printed summary: per-category mean NLL of A and B, from the saved numbers
-    nll = acts.nll_mean
+    # the printed summary: per-category mean NLL of A and B, from the saved numbers (nats), in bits per token
+    nll = acts.nll_mean / np.log(2)
+    assert "(mean next-token NLL in bits per token;" in result.output
     assert f"{nll[0:4:2].mean():7.3f} {nll[1:4:2].mean():7.3f}" in result.output
     assert "c2" in result.output
 

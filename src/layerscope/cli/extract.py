@@ -114,8 +114,10 @@ def manifest(acts: Activations, pairs: PairDataset, batch_size: int | None, *, l
 def summary(acts: Activations, pairs: PairDataset) -> str:
     import numpy as np
 
+    from ..report.markdown import bits
+
     info, stats = acts.model, acts.stats
-    nll = acts.nll_mean
+    nll = bits(acts.nll_mean)  # activations.npz keeps nats; the summary speaks bits, as every page does
     nll_a, nll_b = nll[0::2], nll[1::2]
     cats = pairs.pair_categories()
     lines = [
@@ -134,7 +136,7 @@ def summary(acts: Activations, pairs: PairDataset) -> str:
                      f"{np.mean(b > a):11.0%}")
     lines.append(f"{'all pairs':<24} {nll_a.mean():7.3f} {nll_b.mean():7.3f} {np.mean(nll_b - nll_a):+7.3f} "
                  f"{np.mean(nll_b > nll_a):11.0%}")
-    lines.append("(mean next-token NLL in nats per token; B - A > 0: the model prefers A)")
+    lines.append("(mean next-token NLL in bits per token; B - A > 0: the model prefers A)")
     return "\n".join(lines)
 
 
