@@ -245,3 +245,17 @@ def test_seed_compat_keeps_the_notebooks_rule_and_marks_it():
 def test_large_numbers_print_in_scientific_notation():
     assert readable(963273.7) == "9.633e+05" and readable(-1.25e7) == "-1.250e+07"
     assert readable(12.5, 2) == "12.50" and readable(None) == "n/a"
+
+
+def test_the_report_shows_delta_nll_in_bits_per_token():
+    """The summary keeps delta NLL in nats; the report's configuration table shows it in bits per token."""
+    from layerscope.report.markdown import number
+
+    rng = np.random.default_rng(4)
+    result = analysed(halves(rng, 0.25, 0.6))
+    text = get_study("ablation").report(result)
+    assert "| delta NLL HR (bits/token) | delta NLL LR (bits/token) |" in text and "nats" not in text
+    rows = result.summary["models"]["m"]["variants"]["pc"]["per_config"]
+    row = next(c for c in rows if c["config"] == "all_quantized")
+    hr, lr = (number(row[key] / math.log(2), 3) for key in ("delta_nll_hr", "delta_nll_lr"))
+    assert f"| {hr} | {lr} |" in text

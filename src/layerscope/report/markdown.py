@@ -60,8 +60,8 @@ NLL in bits per token (the tables keep the nats they were computed in, and say s
 
 
 def bits(nats: Any) -> Any:
-    """``bits(math.log(2))`` -> 1.0: a value (or numpy array, pandas column) in nats, in bits."""
-    return nats * BITS_PER_NAT
+    """``bits(math.log(2))`` -> 1.0: a value (or numpy array, pandas column) in nats, in bits; None stays None."""
+    return None if nats is None else nats * BITS_PER_NAT
 
 
 def number(x: Any, digits: int = 3) -> str:
