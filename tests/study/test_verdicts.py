@@ -350,7 +350,7 @@ def test_surgery_verdicts():
         ("surgery", "m", "block influence predicts the skip cost", FRAGILE, "rho = +0.550, q = 0.010",
          ("without the first and last block",)),
         ("surgery", "m", pruning, ROBUST, "rank-sum p = 0.004; 2 of 3 k beat random after BH", ()),
-        ("surgery", "m", boundary, ROBUST, "effect = +0.120 nats, permutation p = 0.030", ())]
+        ("surgery", "m", boundary, ROBUST, "effect = +0.173 bits/token, permutation p = 0.030", ())]  # 0.120 nats
     got = rows("surgery", {"m": surgery_model((), (), rho=None, better=False, effect=0.05)})
     assert [row[2:4] for row in got] == [("blocks critical when skipped: none", NOT_SIG),
                                          ("block influence predicts the skip cost", NA),
