@@ -68,7 +68,7 @@ def test_a_second_study_reuses_the_first_ones_extraction(tmp_path, models):
 
 def test_seed_compat_tests_every_fourth_layer(tmp_path, models):
     folder = tiny.save(tmp_path / "deep", "llama", adds_bos=False, n_layers=6)
-    result = run("phases", "--model", folder, "--compat", "seed", "--out", tmp_path / "o", "--n-bootstrap", 200)
+    result = run("phases", "--model", folder, "--compat", "notebooks", "--out", tmp_path / "o", "--n-bootstrap", 200)
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "o" / "result.json").read_text())["summary"]["models"][str(folder)]
     assert summary["layers"] == [0, 4, 6]
@@ -128,7 +128,7 @@ def test_anisotropy_writes_profiles_for_both_token_sets_and_a_zip(tmp_path, mode
 
 def test_anisotropy_seed_compat_keeps_to_all_tokens(tmp_path, models):
     out = tmp_path / "an"
-    assert run("anisotropy", "--model", models["tiny-llama"], "--out", out, "--compat", "seed").exit_code == 0
+    assert run("anisotropy", "--model", models["tiny-llama"], "--out", out, "--compat", "notebooks").exit_code == 0
     s = json.loads((out / "result.json").read_text())["summary"]["models"][models["tiny-llama"]]
     assert list(s["token_sets"]) == ["all"]
 
@@ -186,7 +186,7 @@ def test_ablation_with_sweep_writes_per_text_rows_panels_and_heatmap(tmp_path, m
 
 def test_ablation_seed_compat_is_the_notebook_scheme_only(tmp_path, models, texts):
     out = tmp_path / "ab"
-    assert run("ablation", "--model", models["tiny-gpt2"], "--texts", texts, "--compat", "seed",
+    assert run("ablation", "--model", models["tiny-gpt2"], "--texts", texts, "--compat", "notebooks",
                "--out", out).exit_code == 0
     s = json.loads((out / "result.json").read_text())["summary"]["models"][models["tiny-gpt2"]]
     assert list(s["variants"]) == ["per-tensor/all-weights"]

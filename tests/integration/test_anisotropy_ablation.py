@@ -92,7 +92,7 @@ def test_ablation_on_smollm2_primary_and_notebook_schemes(tmp_path, two_texts_ea
 
 
 def test_ablation_seed_mode_equals_the_notebooks_reload_loop(tmp_path, two_texts_each):
-    data, table = run(tmp_path / "ab", "ablation", "--texts", two_texts_each, "--compat", "seed")
+    data, table = run(tmp_path / "ab", "ablation", "--texts", two_texts_each, "--compat", "notebooks")
     lm = load_model("smollm2-135m")
     configs = {k: v for k, v in standard_configs(30).items()
                if k in ("baseline", "gateway_protected", "first_half_protected")}
@@ -106,7 +106,7 @@ def test_ablation_seed_mode_equals_the_notebooks_reload_loop(tmp_path, two_texts
 
 def test_ablation_on_gemma3_multilingual(tmp_path, two_texts_each):
     data, table = run(tmp_path / "ab", "ablation", "--model", "gemma3-270m", "--texts", two_texts_each,
-                      "--compat", "seed")
+                      "--compat", "notebooks")
     s = data["summary"]["models"]["gemma3-270m"]
     assert s["n_layers"] == 18
     ppl = table[table["metric"] == "ppl"]

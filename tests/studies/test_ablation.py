@@ -187,7 +187,7 @@ def test_the_disparity_over_few_languages_gets_a_warning():
 
 @pytest.mark.parametrize("kwargs, expected", [
     ({}, ("per-channel", "per-channel", "linear", 4)),
-    ({"compat": "seed"}, ("notebook", "per-tensor", "all-weights", 4)),
+    ({"compat": "notebooks"}, ("notebook", "per-tensor", "all-weights", 4)),
     ({"recipe": "group128"}, ("group128", "group:128", "linear", 4)),
     ({"recipe": "group128", "bits": 3}, ("group128", "group:128", "linear", 3)),
     ({"recipe": "int8"}, ("int8", "per-channel", "linear", 8)),

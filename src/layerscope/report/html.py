@@ -200,8 +200,8 @@ def section_html(root: Path, s: Section, skipped: list[str] | None = None, insid
             f'<p class="muted">Method: {html.escape(s.method)}. Files: {files}</p>{warn}'
             f'<ul class="verdicts">{lines}</ul>{figures}'
             f'<details open><summary>Report</summary>{body}</details>'
-            f'<details><summary>Method notes: --compat seed vs the default</summary><table>'
-            f'<tr><th>notebooks (--compat seed)</th><th>layerscope default</th></tr>{notes}</table></details>')
+            f'<details><summary>Method notes: --compat notebooks vs the default</summary><table>'
+            f'<tr><th>notebooks (--compat notebooks)</th><th>layerscope default</th></tr>{notes}</table></details>')
 
 
 def embed_figure(figure: Figure, href: str | None = None) -> str:

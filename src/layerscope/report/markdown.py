@@ -19,6 +19,8 @@ from typing import Any
 
 from markdown_it import MarkdownIt
 
+from ..modes import NOTEBOOKS
+
 LARGE = 1e5
 """From this magnitude on, ``number`` and ``signed`` print scientific notation (``digits`` significant digits)."""
 _SPECIAL = re.compile(r"([\\`*_\[\]<>&|~!#])")
@@ -52,6 +54,16 @@ def signed(x: Any, digits: int = 3) -> str:
     return f"{x:+.{max(digits - 1, 0)}e}" if _large(x) else f"{x:+.{digits}f}"
 
 
+BITS_PER_NAT = 1 / math.log(2)
+"""What a table's nats are multiplied by for display: every page, report and figure states KL, cross-entropy and
+NLL in bits per token (the tables keep the nats they were computed in, and say so)."""
+
+
+def bits(nats: Any) -> Any:
+    """``bits(math.log(2))`` -> 1.0: a value (or numpy array, pandas column) in nats, in bits; None stays None."""
+    return None if nats is None else nats * BITS_PER_NAT
+
+
 def number(x: Any, digits: int = 3) -> str:
     """``number(0.1234)`` -> ``0.123``; ``number(2e-5)`` -> ``2e-05`` (|x| < 1e-3: ``digits`` significant
     digits); ``number(1.94e12)`` -> ``1.94e+12`` (|x| >= 1e5 likewise); ``n/a`` for a missing value."""
@@ -76,8 +88,8 @@ def _cell(value: Any) -> str:
 
 
 def method_line(config: dict) -> str:
-    if config.get("compat") == "seed":
-        return ("Method: **seed compat** (the notebooks' numerics: token 0 always dropped from mean pooling, "
+    if config.get("compat") == NOTEBOOKS:
+        return ("Method: **notebooks mode** (the notebooks' numerics: token 0 always dropped from mean pooling, "
                 "every 4th layer plus the last).")
     return "Method: **corrected** (a BOS token dropped by its id, never by position)."
 

@@ -43,6 +43,6 @@ def add_timings(timings: dict[str, float], **seconds: float) -> None:
 
 def manifest(config: StudyConfig, models: list[dict], dataset: dict | None, timings: dict[str, float],
              max_length: int | None = None) -> dict:
-    """``max_length``: the truncation the texts got, when it is not ``config.max_length`` (ablation's seed compat)."""
+    """``max_length``: the truncation the texts got, when it is not ``config.max_length`` (ablation, notebooks mode)."""
     return {"models": models, "dataset": dataset, "seed": config.seed, "max_length": max_length or config.max_length,
             "versions": library_versions(), "timings": timings}

@@ -10,6 +10,7 @@ default-mode report shows.
 from __future__ import annotations
 
 from ...data import PairDataset
+from ...modes import NOTEBOOKS
 from ...report.markdown import md_text
 from .inputs import without_category
 
@@ -77,9 +78,9 @@ def warning_lines(summary: dict) -> list[str]:
 
 
 def legend_lines(config: dict, unit: str, interval: str) -> list[str]:
-    """One line on each number a default-mode report shows (none in seed compat): ``unit`` is what r runs
+    """One line on each number a default-mode report shows (none in notebooks mode): ``unit`` is what r runs
     over ("categories"), ``interval`` how its CI is made ("Fisher-z")."""
-    if config.get("compat") == "seed":
+    if config.get("compat") == NOTEBOOKS:
         return []
     level, n = config.get("ci_level", 0.95), config.get("n_permutations", 10_000)
     return [f"- r: Pearson's correlation over the {unit}; p: its two-sided t-test p-value.",
