@@ -28,7 +28,7 @@ CONSTANTS = {
     "-0.5": "divergence's label thresholds", "0.15": "phases' pattern thresholds",
     "+0.15": "phases' pattern thresholds",
     "-0.15": "phases' pattern thresholds", "+0.1": "phases' pattern thresholds", "0.25": "probe's steering dose",
-    "0.9": "SGD's momentum", "3.5": "a column's width in inches",
+    "0.9": "SGD's momentum", "3.5": "a column's width in inches", "1.443": "1 / ln 2, bits per nat",
 }
 """Numbers that are settings or thresholds of a method, not results: allowed anywhere."""
 VERSION = re.compile(r"(?:Python|torch|layerscope|version(?:s)? from|arXiv:)\s*\d+\.\d+|\b\d+\.\d+'s\b")
