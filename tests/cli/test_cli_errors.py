@@ -39,7 +39,7 @@ def one_error_line(output: str) -> str:
     (["run", "--n-boot", "5"], "No such option: --n-boot"),
     (["extract", "--batch-size", "many"], "see `layerscope extract --help`"),
     (["sweep", "--model", "a"], "Missing option '--config'"),
-    (["report"], "Missing argument 'folder'; see `layerscope report --help`"),
+    (["report"], "Missing argument 'FOLDER'; see `layerscope report --help`"),
     (["nope"], "error: No such command 'nope'; see `layerscope --help`"),
 ])
 def test_usage_errors_of_every_command_are_one_line_with_exit_2(tmp_path, monkeypatch, args, message):
