@@ -59,7 +59,8 @@ def headline(record: dict, bench: dict, made: dict) -> str:
     meets, n_meet = comparison(bench)
     return "\n".join([
         f"On {MODEL}, `train-lens` at its defaults took **{minutes(record['seconds']['wall'])}** on this 2-core "
-        f"CPU, from the command's start to the saved lens ({made['lens']['day']}, in `make run` on a fresh clone; "
+        f"CPU, from the command's start to the saved lens ({made['lens']['day']}, in `make run` on a fresh clone"
+        + (f", {made['lens']['machine']}" if "machine" in made["lens"] else "") + "; "
         f"model load, the model's samples, one pass, the least-squares start, {record['steps']} KL steps and the "
         f"evaluation). Its budget: {record['steps']} steps x "
         f"{record['tokens_per_step']} tokens = {tokens['token_draws']:,} token-draws over {tokens['train_rows']:,} "

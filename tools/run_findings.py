@@ -9,7 +9,9 @@
 screenshot of the top of its ``index.html`` (the verdict table, taken by headless Chromium) into
 ``docs/results/make-run/``, with ``made.json``: the commit, day and machine, and the times of the fresh clone's
 ``make setup`` and ``make run`` read from ``--times`` (a JSON file ``{"setup_s": ..., "run_s": ..., "commit":
-..., "day": ..., "machine": ...}``, what ``/usr/bin/time`` measured). The tuned lens ``make run`` trained there is
+..., "day": ..., "machine": ...}``, what ``/usr/bin/time`` measured; when the machine was busy, ``"idle":
+{"run_s", "lens_s", "commit", "day"}`` adds the same command timed on an otherwise idle machine, which the pages
+plan by). The tuned lens ``make run`` trained there is
 read from ``docs/results/tuned-lens-smollm2/config.json``: ``--lens DIR`` (the lens folder in that clone's cache)
 copies its ``config.json`` there (and its held-out figure, ``lens_eval.png``, into docs/figures/), and
 ``--grid FILE`` what ``layerscope lens "The capital of France is" --tuned auto`` printed through it, for
@@ -64,7 +66,7 @@ def keep(run: Path, times: Path, lens: Path | None = None, grid: Path | None = N
         lens_made = json.loads((LENS.parent / "made.json").read_text())
         lens_made["lens"] = {"day": record["day"], "commit": record["commit"],
                              "command": "make run (layerscope train-lens --model smollm2-135m)",
-                             "folder": "fresh clone, empty LAYERSCOPE_CACHE"}
+                             "folder": "fresh clone, empty LAYERSCOPE_CACHE", "machine": record["machine"]}
         lens_made.pop("make_run", None)
         (LENS.parent / "made.json").write_text(json.dumps(lens_made, indent=1) + "\n", encoding="utf-8")
     if grid is not None:
@@ -88,6 +90,8 @@ def keep(run: Path, times: Path, lens: Path | None = None, grid: Path | None = N
     screenshot(run / "index.html", KEPT / "figures" / "verdicts.png")
     made = {"folder": f"runs/{run.name}", "command": "make run", "commit": record["commit"], "day": record["day"],
             "machine": record["machine"], "setup_s": record["setup_s"], "run_s": record["run_s"]}
+    if "idle" in record:  # the same command timed on an otherwise idle machine, when this run had company
+        made["idle"] = record["idle"]
     if "tests" in old:
         made["tests"] = old["tests"]
     (KEPT / "made.json").write_text(json.dumps(made, indent=1) + "\n", encoding="utf-8")
@@ -160,10 +164,19 @@ def models_line(results: dict) -> str:
 
 def times(made: dict, lens_s: float, link: str) -> str:
     run = made["run_s"]
-    text = (f"On a fresh clone ({made['machine']}, {made['day']}, commit {made['commit']}; [how]({link})), "
-            f"`make run` took **{minutes(made['setup_s'] + run)}** in all: the set-up {minutes(made['setup_s'])} "
-            f"(once), the tuned lens {minutes(lens_s)} (once per cache) and the eight studies "
-            f"{minutes(run - lens_s)}.")
+    idle = made.get("idle")
+    if idle:  # the recorded run had company: plan by the idle machine's time, and say what this run took
+        text = (f"On a fresh clone `make run` takes **{minutes(made['setup_s'] + idle['run_s'])}** in all "
+                f"([how]({link})): the set-up {minutes(made['setup_s'])} (once; {made['day']}), then, on an otherwise "
+                f"idle 2-core CPU ({idle['day']}, commit {idle['commit']}), the tuned lens "
+                f"{minutes(idle['lens_s'])} (once per cache) and the eight studies "
+                f"{minutes(idle['run_s'] - idle['lens_s'])}. The run whose numbers these pages show ({made['day']}, "
+                f"commit {made['commit']}) took {minutes(run)} after its set-up, on {made['machine']}.")
+    else:
+        text = (f"On a fresh clone ({made['machine']}, {made['day']}, commit {made['commit']}; [how]({link})), "
+                f"`make run` took **{minutes(made['setup_s'] + run)}** in all: the set-up "
+                f"{minutes(made['setup_s'])} (once), the tuned lens {minutes(lens_s)} (once per cache) and the "
+                f"eight studies {minutes(run - lens_s)}.")
     tests = made.get("tests")
     if tests:
         text += (f" `make test` ran {tests['passed']:,} tests in **{minutes(tests['seconds'])}** after its set-up "
