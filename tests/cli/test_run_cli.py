@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 import tiny
 from layerscope import load_model, load_pairs
 from layerscope.cli import app
-from layerscope.report.markdown import md_text
+from layerscope.report.markdown import md_text, with_models
 from layerscope.run import get_study
 from layerscope.study import StudyResult
 from layerscope.study.result import TABLE_COLUMNS
@@ -95,7 +95,7 @@ def test_written_folder_reloads_and_re_renders(tmp_path, models):
     out = tmp_path / "p"
     assert run("phases", "--model", models["tiny-llama"], "--out", out, "--n-bootstrap", 200).exit_code == 0
     loaded = StudyResult.load(out)
-    assert get_study("phases").report(loaded) == (out / "report.md").read_text()
+    assert with_models(get_study("phases").report(loaded), loaded.manifest) == (out / "report.md").read_text()
     assert set(get_study("phases").figures(loaded)) == {"phases"}
 
 

@@ -51,5 +51,5 @@ def test_a_report_names_every_model_after_its_title():
         "# Title\n\nModel: smollm2-135m = SmolLM2-135M-Instruct, Q4\\_1 GGUF (weights SHA-256 0123456789abcdef)."
         "\n\nbody\n")
     assert with_models("body", {"models": [a, b]}).startswith("Models: smollm2-135m = ") and \
-        "; x\\|y = x\\|y (weights SHA-256 ff).\n\nbody" in with_models("body", {"models": [a, b]})
+        "; x\\|y (weights SHA-256 ff).\n\nbody" in with_models("body", {"models": [a, b]})
     assert with_models("# T\n", {"models": []}) == "# T\n"

@@ -101,8 +101,11 @@ def with_models(report: str, manifest: dict) -> str:
     models = manifest.get("models") or []
     if not models:
         return report
-    names = "; ".join(f"{md_text(m.get('name'))} = {md_text(m.get('exact') or m.get('name'))} (weights SHA-256 "
-                      f"{md_text(str(m.get('weights_hash'))[:16])})" for m in models)
+    def named(m: dict) -> str:  # "spec = checkpoint, quantization" where the spec does not say it already
+        exact = m.get("exact") or m.get("name")
+        return md_text(m.get("name")) + ("" if exact == m.get("name") else f" = {md_text(exact)}")
+
+    names = "; ".join(f"{named(m)} (weights SHA-256 {md_text(str(m.get('weights_hash'))[:16])})" for m in models)
     line = f"Model{'s' if len(models) > 1 else ''}: {names}."
     title, _, rest = report.partition("\n")
     if title.startswith("# "):
