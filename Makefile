@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+BROWSER := $(VENV)/.browser
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup run test unit integration lint docs bench clean
+.PHONY: setup run test unit integration lint docs docs-results bench clean
 
 setup: $(STAMP)
 
@@ -19,8 +20,11 @@ $(STAMP): pyproject.toml requirements.lock
 	@echo "converting the packaged Gemma 3 270M (GGUF) into layerscope's model cache, once"
 	@$(BIN)/python -c "from layerscope import load_model; load_model('gemma3-270m')" >/dev/null 2>&1 || \
 		echo "note: Gemma 3 270M could not be converted now (is the cache writable?); it will be on first use"
+	touch $@
+
+$(BROWSER): $(STAMP)  # the tests' headless browser (the HTML report tests); `make run` needs none
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
-		{ echo "installing Debian's chromium (headless browser for the HTML report test)"; \
+		{ echo "installing Debian's chromium (headless browser for the HTML report tests)"; \
 		  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null || \
 		  { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }; }
 	touch $@
@@ -29,13 +33,13 @@ run: $(STAMP)  ## all eight studies on the default models -> runs/<time>/index.h
 	$(BIN)/layerscope train-lens --model smollm2-135m  # once: later runs find it in the cache
 	$(BIN)/layerscope run --tuned-lens auto
 
-test: $(STAMP)  ## every test: unit (tiny random models) and integration (real SmolLM2)
+test: $(STAMP) $(BROWSER)  ## every test: unit (tiny random models) and integration (real SmolLM2)
 	$(BIN)/python -m pytest -q
 
-unit: $(STAMP)  ## the fast tier: no real model, no resume, suite reproduction or Ray tests
+unit: $(STAMP) $(BROWSER)  ## the fast tier: no real model, no resume, suite reproduction or Ray tests
 	$(BIN)/python -m pytest -q -m "not integration and not slow"
 
-integration: $(STAMP)
+integration: $(STAMP) $(BROWSER)
 	$(BIN)/python -m pytest -q -m integration
 
 lint: $(STAMP)  ## ruff (the version pinned in requirements.lock) and the import contracts (lint-imports), both in pyproject.toml
@@ -44,6 +48,10 @@ lint: $(STAMP)  ## ruff (the version pinned in requirements.lock) and the import
 
 docs: $(STAMP)  ## the documentation site from docs/ and mkdocs.yml -> site/index.html (offline; a broken link fails)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+docs-results: $(STAMP)  ## every result number in README.md and docs/ from one make run: make docs-results RUN=runs/<time> TIMES=times.json
+	@test -n "$(RUN)" -a -n "$(TIMES)" || { echo "usage: make docs-results RUN=runs/<time> TIMES=times.json (see docs/results.md)"; exit 2; }
+	$(BIN)/python tools/run_findings.py keep $(RUN) --times $(TIMES)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/extract_vs_seed.py

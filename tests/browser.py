@@ -55,7 +55,7 @@ def dump(page: Path, csp: bool = True) -> str:
 def _chromium(text: str) -> tuple[str, str]:
     """Chromium's --dump-dom output (and its error output) for the page ``text``."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert chromium, "headless Chromium is missing: `make setup` installs Debian's chromium package"
+    assert chromium, "headless Chromium is missing: `make test` installs Debian's chromium package"
     with tempfile.TemporaryDirectory() as tmp:
         probe = Path(tmp) / "probe.html"
         probe.write_text(text)

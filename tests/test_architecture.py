@@ -4,7 +4,7 @@ module of the core importing upward (even inside a function), two modules of any
 and an engine room importing one it may not.
 
     cli -> sweep -> run -> studies -> study -> (engine | quant | report) -> models
-        -> (data | io | stats | measures) -> (paths | provenance | progress | lazy) -> errors
+        -> (data | io | stats | measures) -> (paths | provenance | progress | lazy | modes) -> errors
     engine: (atlas | interventions) -> lenses -> forward -> cache; lenses and interventions independent
 
 A last test finds import cycles in the whole source tree with a plain depth-first search over grimp's graph

@@ -8,8 +8,7 @@ made at its defaults, with its record: timing, budget, held-out and in-sample me
 (``benchmarks/tuned_lens_train.py``: the default against 0.2's 250-step recipe on the same split),
 ``paper_budget_h200.json`` (``benchmarks/tuned_lens_paper_budget.py`` on a lent GPU) and ``made.json`` (the commit
 and day of the runs, and ``make run``'s measured wall time on a fresh clone). It rewrites the blocks between
-``<!-- NAME:start -->`` and ``<!-- NAME:end -->``: ``make-run-time`` in README.md and docs/getting-started.md,
-``lens-headline`` in README.md,
+``<!-- NAME:start -->`` and ``<!-- NAME:end -->``:``lens-headline`` in README.md,
 ``lens-findings`` in docs/cli.md, and ``lens-grid`` in README.md from ``grid.txt`` (what ``layerscope lens "The
 capital of France is" --tuned auto`` printed through that lens). Nothing in those blocks is typed by hand.
 """
@@ -48,13 +47,6 @@ def comparison(bench: dict) -> tuple[list[bool], int]:
     return meets, sum(meets)
 
 
-def make_run_time(made: dict, record: dict) -> str:
-    run = made["make_run"]
-    return (f"On this 2-core CPU `make run` took **{minutes(run['seconds'])}** after set-up from a fresh clone "
-            f"and an empty cache ({run['day']}, commit {run['commit']}), the lens's training included "
-            f"({minutes(record['seconds']['wall'])} of it).")
-
-
 def headline(record: dict, bench: dict, made: dict) -> str:
     held, inside = record["heldout"], record["in_sample"]["metrics"]
     tokens = record["tokens"]
@@ -67,7 +59,8 @@ def headline(record: dict, bench: dict, made: dict) -> str:
     meets, n_meet = comparison(bench)
     return "\n".join([
         f"On {MODEL}, `train-lens` at its defaults took **{minutes(record['seconds']['wall'])}** on this 2-core "
-        f"CPU, from the command's start to the saved lens ({made['lens']['day']}, in `make run` on a fresh clone; "
+        f"CPU, from the command's start to the saved lens ({made['lens']['day']}, in `make run` on a fresh clone"
+        + (f", {made['lens']['machine']}" if "machine" in made["lens"] else "") + "; "
         f"model load, the model's samples, one pass, the least-squares start, {record['steps']} KL steps and the "
         f"evaluation). Its budget: {record['steps']} steps x "
         f"{record['tokens_per_step']} tokens = {tokens['token_draws']:,} token-draws over {tokens['train_rows']:,} "
@@ -149,9 +142,7 @@ def main() -> int:
     args = parser.parse_args()
     record, bench, gpu, made = lens_record(), load("benchmark.json"), load("paper_budget_h200.json"), load("made.json")
     grid = "```text\n" + (KEPT / "grid.txt").read_text(encoding="utf-8").rstrip("\n") + "\n```"
-    blocks = {"docs/getting-started.md": {"make-run-time": make_run_time(made, record)},
-              "README.md": {"make-run-time": make_run_time(made, record),
-                            "lens-headline": headline(record, bench, made), "lens-grid": grid},
+    blocks = {"README.md": {"lens-headline": headline(record, bench, made), "lens-grid": grid},
               "docs/cli.md": {"lens-findings": findings(record, bench, gpu, made)}}
     stale = []
     for page, bodies in blocks.items():

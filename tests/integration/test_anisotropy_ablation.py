@@ -3,6 +3,7 @@ mode against the notebook's reload-per-configuration loop."""
 
 import copy
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,6 +16,7 @@ from layerscope import load_model
 from layerscope.cli import app
 from layerscope.data.languages import load_languages
 from layerscope.measures.spectrum import anisotropy_metrics
+from layerscope.models.zoo import _smollm2_gguf
 from layerscope.studies.ablation.configs import standard_configs
 
 pytestmark = pytest.mark.integration
@@ -78,10 +80,19 @@ def test_ablation_on_smollm2_primary_and_notebook_schemes(tmp_path, two_texts_ea
     assert med["per-tensor"] > 1e3 and 1.0 < med["per-channel"] < 100  # the notebook's scheme breaks the model
     text = (tmp_path / "ab" / "result.json").read_text()
     assert "Infinity" not in text and "NaN" not in text
+    # the report names the checkpoint and its grid as the packaged file does, and says the weights were 4-bit already
+    checkpoint, quant, _ = Path(_smollm2_gguf(None)).name.rsplit(".", 2)
+    entry = data["manifest"]["models"][0]
+    assert (entry["exact"], entry["prequantized"]) == (f"{checkpoint}, {quant} GGUF dequantized to float32", quant)
+    report = (tmp_path / "ab" / "report.md").read_text()
+    quant_md = quant.replace("_", "\\_")
+    assert f"Model: smollm2-135m = {checkpoint}, {quant_md} GGUF dequantized to float32 (weights SHA-256 " \
+           f"{entry['weights_hash'][:16]})." in report
+    assert f"already lie on a {quant_md} grid" in report and "rounds a quantized model a second time" in report
 
 
 def test_ablation_seed_mode_equals_the_notebooks_reload_loop(tmp_path, two_texts_each):
-    data, table = run(tmp_path / "ab", "ablation", "--texts", two_texts_each, "--compat", "seed")
+    data, table = run(tmp_path / "ab", "ablation", "--texts", two_texts_each, "--compat", "notebooks")
     lm = load_model("smollm2-135m")
     configs = {k: v for k, v in standard_configs(30).items()
                if k in ("baseline", "gateway_protected", "first_half_protected")}
@@ -95,7 +106,7 @@ def test_ablation_seed_mode_equals_the_notebooks_reload_loop(tmp_path, two_texts
 
 def test_ablation_on_gemma3_multilingual(tmp_path, two_texts_each):
     data, table = run(tmp_path / "ab", "ablation", "--model", "gemma3-270m", "--texts", two_texts_each,
-                      "--compat", "seed")
+                      "--compat", "notebooks")
     s = data["summary"]["models"]["gemma3-270m"]
     assert s["n_layers"] == 18
     ppl = table[table["metric"] == "ppl"]

@@ -63,7 +63,7 @@ def category_r(rows, get):
 
 def test_divergence_and_scaling_match_the_notebooks(dataset, reference):
     path, _ = dataset
-    div = run_study(StudyConfig(study="divergence", models=("smollm2-135m",), dataset=str(path), compat="seed"))
+    div = run_study(StudyConfig(study="divergence", models=("smollm2-135m",), dataset=str(path), compat="notebooks"))
     table = div.table[div.table["metric"] == "r_ua_pref"]
     mean = table[table["pooling"] == "mean"].set_index("layer")["value"]
     assert list(mean.index) == LAYERS
@@ -75,7 +75,7 @@ def test_divergence_and_scaling_match_the_notebooks(dataset, reference):
     assert comparison["last"] == pytest.approx(category_r(reference, lambda t: t["last"]), abs=1e-4)
     assert comparison["first"] == pytest.approx(category_r(reference, lambda t: t["first"]), abs=1e-4)
 
-    scaling = run_study(StudyConfig(study="scaling", models=("smollm2-135m",), dataset=str(path), compat="seed"))
+    scaling = run_study(StudyConfig(study="scaling", models=("smollm2-135m",), dataset=str(path), compat="notebooks"))
     s = scaling.summary["models"]["smollm2-135m"]
     peak = max(LAYERS, key=lambda layer: expected[layer])
     assert s["max_pos_layer"] == peak and s["max_pos_r"] == pytest.approx(expected[peak], abs=1e-4)
@@ -84,7 +84,7 @@ def test_divergence_and_scaling_match_the_notebooks(dataset, reference):
 
 def test_phases_match_the_notebook_including_bootstrap_cis(dataset, reference):
     path, _ = dataset
-    result = run_study(StudyConfig(study="phases", models=("smollm2-135m",), dataset=str(path), compat="seed"))
+    result = run_study(StudyConfig(study="phases", models=("smollm2-135m",), dataset=str(path), compat="notebooks"))
     table = result.table[result.table["metric"] == "r_centroid_pref"].set_index("layer")
     prefs = np.array([r["pref"] for r in reference])
     np.random.seed(42)

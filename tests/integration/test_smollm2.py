@@ -37,7 +37,7 @@ def test_zoo_model_facts(smollm2):
 def test_extract_matches_the_notebooks_per_text_loop(smollm2):
     texts = sample_texts()
     default = extract(smollm2, texts, batch_size=8, cache=False)
-    seed = extract(smollm2, texts, batch_size=8, compat="seed", cache=False)
+    seed = extract(smollm2, texts, batch_size=8, compat="notebooks", cache=False)
     left = extract(smollm2, texts, batch_size=8, padding_side="left", cache=False)
     for i, text in enumerate(texts):
         enc = smollm2.tokenizer(text, return_tensors="pt")

@@ -40,3 +40,16 @@ def test_number(x, digits, text):
 ])
 def test_signed(x, digits, text):
     assert signed(x, digits) == text
+
+
+def test_a_report_names_every_model_after_its_title():
+    from layerscope.report.markdown import with_models
+
+    a = {"name": "smollm2-135m", "exact": "SmolLM2-135M-Instruct, Q4_1 GGUF", "weights_hash": "0123456789abcdef0123"}
+    b = {"name": "x|y", "weights_hash": "ff"}  # an older result: no exact name; a name from outside stays text
+    assert with_models("# Title\n\nbody\n", {"models": [a]}) == (
+        "# Title\n\nModel: smollm2-135m = SmolLM2-135M-Instruct, Q4\\_1 GGUF (weights SHA-256 0123456789abcdef)."
+        "\n\nbody\n")
+    assert with_models("body", {"models": [a, b]}).startswith("Models: smollm2-135m = ") and \
+        "; x\\|y (weights SHA-256 ff).\n\nbody" in with_models("body", {"models": [a, b]})
+    assert with_models("# T\n", {"models": []}) == "# T\n"

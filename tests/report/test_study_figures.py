@@ -102,7 +102,7 @@ def test_divergence_without_stage_or_intervals_draws_every_row_and_no_band():
     """Seed compat: no interval in the table (make_table leaves ci_lo / ci_hi empty), no stage column."""
     table = rows("r_ua_pref", POOLING_COLORS, stage=False, intervals=False)
     summary = {**DIVERGENCE, "pooling_comparison": [{"pooling": p, "r": R[p][-1]} for p in POOLING_COLORS]}
-    fig = divergence_figures(result("divergence", table, summary, compat="seed"))["divergence"]
+    fig = divergence_figures(result("divergence", table, summary, compat="notebooks"))["divergence"]
     curve = fig.axes[0]
     assert "stage" not in table and bands(curve) == []
     assert list(line(curve, "mean")[1]) == R["mean"]
@@ -130,7 +130,7 @@ def test_phases_band_from_bca_bounds_by_default_error_bars_in_seed_compat():
 
     seed = phases_figures(result("phases", rows("r_centroid_pref", ["mean"], stage=False,
                                                 extra={"significant": False}), {"pattern": "NONE"},
-                                 compat="seed"))["phases"].axes[0]
+                                 compat="notebooks"))["phases"].axes[0]
     assert bands(seed) == []
     caps, = [c for c in seed.containers]  # the notebook's error bars, lo to hi
     segments = caps.lines[2][0].get_segments()

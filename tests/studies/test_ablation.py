@@ -187,7 +187,7 @@ def test_the_disparity_over_few_languages_gets_a_warning():
 
 @pytest.mark.parametrize("kwargs, expected", [
     ({}, ("per-channel", "per-channel", "linear", 4)),
-    ({"compat": "seed"}, ("notebook", "per-tensor", "all-weights", 4)),
+    ({"compat": "notebooks"}, ("notebook", "per-tensor", "all-weights", 4)),
     ({"recipe": "group128"}, ("group128", "group:128", "linear", 4)),
     ({"recipe": "group128", "bits": 3}, ("group128", "group:128", "linear", 3)),
     ({"recipe": "int8"}, ("int8", "per-channel", "linear", 8)),
@@ -210,3 +210,13 @@ def test_a_recipe_sets_the_scheme_targets_and_bits(kwargs, expected):
 def test_recipe_conflicts_are_one_clear_error(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         StudyConfig(study="ablation", **kwargs)
+
+
+def test_weights_already_on_a_grid_get_a_warning_naming_it():
+    from layerscope.studies.shared.caveats import prequantized_warnings
+
+    models = [{"name": "a", "exact": "A, Q4_1 GGUF", "prequantized": "Q4_1"}, {"name": "b", "prequantized": None}]
+    (warning,) = prequantized_warnings(models, 3)
+    assert warning.startswith("ablation, a: its weights already lie on a Q4_1 grid (A, Q4_1 GGUF)")
+    assert "to 3 bits" in warning and "relative to that Q4_1 model" in warning
+    assert prequantized_warnings(models[1:], 4) == []

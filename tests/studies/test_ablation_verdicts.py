@@ -86,7 +86,7 @@ def test_low_resource_languages_degrading_less_make_h5_not_applicable():
     assert v["h5"]["result"] == "NOT_APPLICABLE"
     assert "D_LR / D_HR = 0.50 <= 1" in v["h5"]["reason"] and "reduction_pct" not in v["h5"]
     assert {r["config"]: r["reduction_pct"] for r in per_config}["gateway_protected"] == pytest.approx(-50.0)
-    assert judge(deg, compat="seed")[1]["h5"]["result"] == "NOT_SUPPORTED"  # the notebook's rule, unchanged
+    assert judge(deg, compat="notebooks")[1]["h5"]["result"] == "NOT_SUPPORTED"  # the notebook's rule, unchanged
     result = analysed(deg)
     assert get_study("ablation").headline(result)[0].startswith(
         "m [pc]: H5 NOT_APPLICABLE (low-resource languages do not degrade more than high-resource ones")
@@ -104,7 +104,7 @@ def test_a_broken_configuration_is_undetermined_and_never_a_percentage():
     assert by["all_quantized"]["disparity_ratio"] is None and all(r["reduction_pct"] is None for r in per_config)
     assert v["h5"]["result"] == "UNDETERMINED" and "model broken, undetermined" in v["h5"]["reason"]
     assert "%" not in json.dumps(v["h5"])
-    seed_table, seed_v = judge(deg, compat="seed")  # the notebook divides the broken numbers: 1.0 vs 3.0 -> -200%
+    seed_table, seed_v = judge(deg, compat="notebooks")  # the notebook divides the broken numbers: 1.0 vs 3.0 -> -200%
     assert seed_v["h5"]["reduction_pct"] == pytest.approx(-200.0) and "broken" not in seed_table[0]
 
 
@@ -191,7 +191,7 @@ def test_more_critical_half_needs_an_interval_that_excludes_zero():
     h = judge(same)[1]["halves"]
     assert h["more_critical_for_disparity"] == "not significant"
     assert h["disparity_diff_ci"][0] < 0 < h["disparity_diff_ci"][1]
-    assert judge(same, compat="seed")[1]["halves"]["more_critical_for_disparity"] in ("early", "late")
+    assert judge(same, compat="notebooks")[1]["halves"]["more_critical_for_disparity"] in ("early", "late")
 
 
 def analysed(deg, compat=None, resource=LANGS):
@@ -233,7 +233,7 @@ def test_headline_report_and_figure_carry_interval_caveat_and_broken_wording():
 def test_seed_compat_keeps_the_notebooks_rule_and_marks_it():
     rng = np.random.default_rng(5)
     deg = halves(rng, 0.25, 0.6)
-    result = analysed(deg, compat="seed")
+    result = analysed(deg, compat="notebooks")
     v = result.summary["models"]["m"]["variants"]["pc"]
     scored = add_degradation(per_text(deg, variant="pc"))
     expected = disparity_table(scored, ["baseline", *deg])
@@ -245,3 +245,17 @@ def test_seed_compat_keeps_the_notebooks_rule_and_marks_it():
 def test_large_numbers_print_in_scientific_notation():
     assert readable(963273.7) == "9.633e+05" and readable(-1.25e7) == "-1.250e+07"
     assert readable(12.5, 2) == "12.50" and readable(None) == "n/a"
+
+
+def test_the_report_shows_delta_nll_in_bits_per_token():
+    """The summary keeps delta NLL in nats; the report's configuration table shows it in bits per token."""
+    from layerscope.report.markdown import number
+
+    rng = np.random.default_rng(4)
+    result = analysed(halves(rng, 0.25, 0.6))
+    text = get_study("ablation").report(result)
+    assert "| delta NLL HR (bits/token) | delta NLL LR (bits/token) |" in text and "nats" not in text
+    rows = result.summary["models"]["m"]["variants"]["pc"]["per_config"]
+    row = next(c for c in rows if c["config"] == "all_quantized")
+    hr, lr = (number(row[key] / math.log(2), 3) for key in ("delta_nll_hr", "delta_nll_lr"))
+    assert f"| {hr} | {lr} |" in text

@@ -170,5 +170,6 @@ def test_seed_compat_profiles_the_notebooks_token_sets_only():
     from layerscope.studies.anisotropy.analysis import profiled_tokens
     from layerscope.study import StudyConfig
 
-    assert profiled_tokens(StudyConfig(study="anisotropy", compat="seed")) == ["all"]
-    assert profiled_tokens(StudyConfig(study="anisotropy", compat="seed", exclude_bos=True)) == ["all", "excl_pos0"]
+    assert profiled_tokens(StudyConfig(study="anisotropy", compat="notebooks")) == ["all"]
+    both = ["all", "excl_pos0"]
+    assert profiled_tokens(StudyConfig(study="anisotropy", compat="notebooks", exclude_bos=True)) == both

@@ -255,7 +255,7 @@ def test_the_zip_holds_the_data_files_only(tmp_path, final_norm):
     with zipfile.ZipFile(tmp_path / "anisotropy_results.zip") as archive:
         assert sorted(archive.namelist()) == ["report.md", "result.json", "table.csv"]
         assert archive.read("table.csv") == b"table.csv"
-    seed = StudyResult(study="anisotropy", config={"compat": "seed"}, manifest={}, summary={"models": {}},
+    seed = StudyResult(study="anisotropy", config={"compat": "notebooks"}, manifest={}, summary={"models": {}},
                        table=pd.DataFrame())
     get_study("anisotropy").finish(tmp_path, seed)
     with zipfile.ZipFile(tmp_path / "anisotropy_results.zip") as archive:

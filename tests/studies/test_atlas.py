@@ -347,3 +347,24 @@ def test_a_sweeps_block_influence_profile_is_the_all_token_rows(tmp_path, inputs
     got = profile_rows(table, config)
     got = got[got["metric"] == "block_influence"].sort_values("layer")
     assert got["value"].tolist() == pytest.approx(rows["value"].tolist())
+
+
+def test_the_report_and_figure_show_the_tables_nats_in_bits(two_models):
+    """table.csv keeps the lens numbers in nats; report.md and atlas_profiles.png show them in bits per token."""
+    import math
+
+    from layerscope.report.markdown import number
+    from layerscope.studies.atlas.figures import profiles
+
+    out, _, table = two_models
+    result = StudyResult.load(out)
+    model = next(iter(result.summary["models"]))
+    rows = table[(table["model"] == model) & (table["metric"] == "lens_kl")]
+    rows = rows[rows["tokens"].isna() | (rows["tokens"] == "all")].sort_values("layer") if "tokens" in rows else rows
+    nats = rows["value"].to_numpy(dtype=float)
+    report = (out / "report.md").read_text()
+    assert "| lens_kl (bits/token) |" in report and "lens_ce (bits/token)" in report
+    assert f"| {number(nats[0] / math.log(2))} |" in report
+    panel = profiles(table, result.summary, {m: "k" for m in result.summary["models"]}).axes[1]  # lens_kl
+    assert panel.get_ylabel() == "KL (bits/token)"
+    np.testing.assert_allclose(panel.lines[0].get_ydata(), nats / math.log(2))

@@ -151,7 +151,7 @@ def test_q_is_benjamini_hochberg_over_the_layers_and_decides_significance():
 
 def test_seed_mode_writes_only_the_notebook_numbers():
     run = pair_run()
-    summary, rows = analyse_model(run, [0, 4, 8], compat="seed")
+    summary, rows = analyse_model(run, [0, 4, 8], compat="notebooks")
     assert {r["metric"] for r in rows} == {"pref", "r_ua_pref", "ua"}
     r_rows = [r for r in rows if r["metric"] == "r_ua_pref"]
     assert all({"p_perm", "q", "ci_lo", "significant"}.isdisjoint(r) and r["subset"] == "all" for r in r_rows)
@@ -159,7 +159,7 @@ def test_seed_mode_writes_only_the_notebook_numbers():
     assert set(summary["pooling_comparison"][0]) == {"pooling", "layer", "r", "p", "label"}
 
 
-@pytest.mark.parametrize("compat", [None, "seed"])
+@pytest.mark.parametrize("compat", [None, "notebooks"])
 def test_dropped_category_rows_equal_an_analysis_of_the_dataset_without_it(compat):
     run = pair_run(seed=1)
     layers = [0, 4, 8]

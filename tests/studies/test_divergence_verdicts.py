@@ -250,7 +250,7 @@ def test_untested_layers_never_appear():
     assert summary["pooling_comparison"][0]["r"] == pytest.approx(np.corrcoef(ua[:, 1], pref)[0, 1], abs=1e-6)
     assert "after the final norm" not in [c["check"] for c in summary["checks"]]
     assert headline(summary).startswith("hand: last tested layer 1: r(UA, pref) = ")
-    seed_summary, _ = analyse_model(run, [0, 1], compat="seed")
+    seed_summary, _ = analyse_model(run, [0, 1], compat="notebooks")
     assert seed_summary["pooling_comparison"][0]["layer"] == 4  # the notebook's final layer, as it was
 
 

@@ -85,7 +85,7 @@ def test_at_stage_swaps_the_final_layer_lazily_and_select_keeps_pairs():
 
 
 @pytest.mark.parametrize("layers", [[0, 2, 3, 5, 6], [1, 4, 6, 7, 8]])
-@pytest.mark.parametrize("compat", [None, "seed"])
+@pytest.mark.parametrize("compat", [None, "notebooks"])
 @pytest.mark.parametrize("study", ["phases", "divergence", "scaling"])
 def test_each_pair_study_reads_only_the_tested_layers_and_the_final_one(study, compat, layers):
     run = staged(3)

@@ -41,7 +41,7 @@ def test_late_inversion_verdicts():
 def test_seed_mode_reproduces_the_notebook_loop_exactly():
     run = pair_run(seed=3)
     layers = [0, 4, 8]
-    summary, rows = analyse_model(run, layers, "mean", 400, 0.95, seed=42, compat="seed")
+    summary, rows = analyse_model(run, layers, "mean", 400, 0.95, seed=42, compat="notebooks")
     np.random.seed(42)  # the notebook: global seed, then layer by layer, resample by resample
     a, b, pref = run.a("mean"), run.b("mean"), run.pref
     for layer, row in zip(layers, [r for r in rows if r["metric"] == "r_centroid_pref"], strict=False):
@@ -135,14 +135,14 @@ def test_significance_is_judged_on_q_in_default_mode():
 
 def test_seed_mode_keeps_self_centroids_and_no_extra_rows():
     run = pair_run(seed=3)
-    summary, rows = analyse_model(run, [0, 4, 8], "mean", 200, 0.95, seed=42, compat="seed")
+    summary, rows = analyse_model(run, [0, 4, 8], "mean", 200, 0.95, seed=42, compat="notebooks")
     assert {r["metric"] for r in rows} == {"r_centroid_pref", "phase_mean"}
     assert all(r["centroids"] == "self" for r in rows if r["metric"] == "r_centroid_pref")
     assert all("p_perm" not in r and "q" not in r for r in rows)
     assert {"length_control", "loo_vs_self", "without_category"}.isdisjoint(summary)
 
 
-@pytest.mark.parametrize("compat", [None, "seed"])
+@pytest.mark.parametrize("compat", [None, "notebooks"])
 def test_dropped_category_rows_equal_an_analysis_of_the_dataset_without_it(compat):
     run = pair_run(seed=8)
     layers = [0, 4, 8]

@@ -213,7 +213,7 @@ def test_negative_from_layer_0_with_early_more_negative_than_late_is_not_a_late_
     assert summary["phases"]["late"]["ci_hi"] < -0.1  # late is negative ...
     assert summary["phase_difference"]["ci_lo"] > 0  # ... but less negative than early
     assert summary["pattern"] == "NO_PATTERN"
-    seed_summary, _ = analyse(run, compat="seed")
+    seed_summary, _ = analyse(run, compat="notebooks")
     assert seed_summary["pattern"] == "LATE_INVERSION"  # what the notebook's rule printed
 
 
@@ -281,7 +281,7 @@ def test_comparison_rows_carry_their_method_and_the_report_marks_them(tmp_path, 
     assert [row["comparable"] for row in compared[:-1]] == [False] * 3
     assert all(row["comparability"].startswith("not directly comparable (data, layers, token rule")
                for row in compared[1:-1])
-    seed_rows = comparison(reference, {"m": summary}, run.pairs, compat="seed")
+    seed_rows = comparison(reference, {"m": summary}, run.pairs, compat="notebooks")
     assert [set(row) for row in seed_rows] == [{"model", "source", "early", "mid", "late"}] * 4
     result = StudyResult(study="phases", config={"compat": None, "ci_level": 0.95, "n_permutations": 200},
                          manifest={}, table=make_table(rows),

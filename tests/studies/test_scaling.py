@@ -80,7 +80,7 @@ def test_default_profile_rows_match_scipy_and_q_decides_significance():
 
 def test_seed_mode_profile_is_r_and_p_only():
     run = pair_run(seed=9)
-    summary, rows = analyse_model(run, [0, 4, 8], "mean", compat="seed")
+    summary, rows = analyse_model(run, [0, 4, 8], "mean", compat="notebooks")
     assert {r["metric"] for r in rows} == {"r_ua_pref"}
     assert all(set(r) == {"model", "layer", "n_layers", "depth", "metric", "value", "pooling", "p", "n"} for r in rows)
     assert {"max_pos_ci", "max_pos_q", "significant_layers"}.isdisjoint(summary)

@@ -3,6 +3,7 @@ with k and rule, per-language rows), numbers recomputed from the engine's per-te
 report, bad input, and reuse on vs off through the CLI."""
 
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -15,6 +16,7 @@ from layerscope import load_model
 from layerscope.cli import app
 from layerscope.engine.interventions.surgery import Intervention
 from layerscope.engine.interventions.surgery_run import measure_interventions
+from layerscope.report.markdown import number
 from layerscope.study import StudyResult
 
 runner = CliRunner()
@@ -101,6 +103,9 @@ def test_report_headline_and_result_reload(finished):
         assert heading in report
     loaded = StudyResult.load(out)
     assert loaded.study == "surgery"
+    # the summary keeps nats; the report speaks bits per token
+    s = loaded.summary["models"][next(iter(loaded.summary["models"]))]
+    assert f"intact NLL {number(s['intact_nll'] / math.log(2))} bits/token" in report and "nats" not in report
 
 
 def test_languages_give_per_language_and_low_minus_high_rows(inputs):

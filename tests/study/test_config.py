@@ -8,16 +8,16 @@ from layerscope.study.config import select_layers
 
 
 def test_seed_layers_are_every_fourth_plus_the_last():
-    assert select_layers("seed", 30) == [0, 4, 8, 12, 16, 20, 24, 28, 30]
-    assert select_layers("seed", 32) == [0, 4, 8, 12, 16, 20, 24, 28, 32]
+    assert select_layers("notebooks", 30) == [0, 4, 8, 12, 16, 20, 24, 28, 30]
+    assert select_layers("notebooks", 32) == [0, 4, 8, 12, 16, 20, 24, 28, 32]
     assert select_layers("all", 3) == [0, 1, 2, 3]
     assert select_layers(" 8, 0,4 ", 30) == [0, 4, 8]
 
 
 def test_compat_seed_implies_seed_layers_unless_layers_are_given():
-    assert StudyConfig(study="phases", compat="seed").layer_spec == "seed"
+    assert StudyConfig(study="phases", compat="notebooks").layer_spec == "notebooks"
     assert StudyConfig(study="phases").layer_spec == "all"
-    assert StudyConfig(study="phases", compat="seed", layers="0,30").layer_spec == "0,30"
+    assert StudyConfig(study="phases", compat="notebooks", layers="0,30").layer_spec == "0,30"
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -200,7 +200,7 @@ def test_layers_as_a_list_in_python():
     assert StudyConfig(study="phases", layers=(8, 0)).layers == "8,0"
     with pytest.raises(ConfigError, match=r"layers \[0, '4'\] must be whole numbers"):
         StudyConfig(study="phases", layers=[0, "4"])
-    with pytest.raises(ConfigError, match="layers 4 must be 'all', 'seed', a list"):
+    with pytest.raises(ConfigError, match="layers 4 must be 'all', 'notebooks', a list"):
         StudyConfig(study="phases", layers=4)
     with pytest.raises(ConfigError, match="models must be a list of models"):
         StudyConfig(study="phases", models="smollm2-135m")

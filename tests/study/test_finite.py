@@ -196,7 +196,7 @@ def test_deliberate_absences_pass_and_computed_nan_does_not():
 
 def test_seed_mode_without_intervals_and_an_empty_phase_are_not_errors(inputs):
     """Seed compat writes no CI columns and, with 2 tested layers, the early phase has none: both absences."""
-    result = run_study(dataclasses.replace(config(inputs, "phases"), compat="seed", layers="0,3"))
+    result = run_study(dataclasses.replace(config(inputs, "phases"), compat="notebooks", layers="0,3"))
     summary = result.summary["models"][inputs[1]]
     assert summary["phases"]["early"] == {"layers": [], "mean": None}
     assert summary["pattern"] == "UNDETERMINED"

@@ -125,7 +125,7 @@ def test_divergence_seed_compat_and_an_older_result_are_not_assessable():
     seed = {"pooling_comparison": [{"pooling": "mean", "layer": 30, "r": 0.669, "p": 0.15,
                                     "label": "ALIGNED (strong positive)"}]}
     claim = "r(UA, pref) at the final layer 30, mean pooling: ALIGNED (strong positive)"
-    assert rows("divergence", {"m": seed}, "seed") == [("divergence", "m", f"{claim} {SEED}", NA,
+    assert rows("divergence", {"m": seed}, "notebooks") == [("divergence", "m", f"{claim} {SEED}", NA,
                                                         "r = +0.669, p = 0.150", ())]
     assert rows("divergence", {"m": seed})[0][2:4] == (f"{claim} {OLD}", NA)
 
@@ -173,7 +173,7 @@ def test_phases_verdicts():
 def test_phases_seed_compat_keeps_the_notebook_s_labels_unassessed():
     s = {"phases": {"early": phase(0.11), "mid": phase(-0.18), "late": phase(-0.32)}, "pattern": "PYTHIA_PATTERN",
          "late_inversion": "Negative trend in late layer", "final_layer": 30, "final_r": -0.05}
-    assert rows("phases", {"m": s}, "seed") == [
+    assert rows("phases", {"m": s}, "notebooks") == [
         ("phases", "m", f"phase pattern: PYTHIA_PATTERN {SEED}", NA, "early = +0.11; mid = -0.18; late = -0.32", ()),
         ("phases", "m", f"late layer 30: Negative trend in late layer {SEED}", NA, "r = -0.050", ())]
     assert rows("phases", {"m": s})[1][2:4] == (f"late layer 30: Negative trend in late layer {OLD}", NA)
@@ -209,12 +209,12 @@ def test_scaling_seed_compat_is_not_assessable():
     models = {"a": {"max_pos_r": 0.6, "max_pos_layer": 0, "max_pos_pct": 0.0},
               "b": {"max_pos_r": 0.4, "max_pos_layer": 2, "max_pos_pct": 6.25}}
     seed = {"mean_peak_pct": 3.1, "std_peak_pct": 3.125, "peaks_stable": True, "answer": "STABLE (~3% depth)."}
-    assert rows("scaling", models, "seed", peak_stability=seed) == [
+    assert rows("scaling", models, "notebooks", peak_stability=seed) == [
         ("scaling", "a, b", f"peak depth across model sizes: STABLE {SEED}", NA, "sd = 3.1 points of depth", ()),
         ("scaling", "a", f"peak of r(UA, pref): layer 0 (0% depth) {SEED}", NA, "r = +0.600", ()),
         ("scaling", "b", f"peak of r(UA, pref): layer 2 (6% depth) {SEED}", NA, "r = +0.400", ())]
     one = {"mean_peak_pct": 0.0, "std_peak_pct": None, "peaks_stable": None, "answer": "Needs two models."}
-    assert rows("scaling", {"a": models["a"]}, "seed", peak_stability=one)[0][2:5] == (
+    assert rows("scaling", {"a": models["a"]}, "notebooks", peak_stability=one)[0][2:5] == (
         f"peak depth across model sizes: no verdict {SEED}", NA, "")
 
 
@@ -252,7 +252,7 @@ def test_anisotropy_verdicts():
 def test_anisotropy_seed_compat_is_not_assessable():
     s = {"n_layers": 30, "primary": "all", "token_sets": {"all": {"l_star": 12, "bell": {
         "is_bell_curve": False, "phase1_slope": -0.0005, "phase2_slope": -0.01, "max_value": 1.0}}}}
-    assert rows("anisotropy", {"m": s}, "seed") == [
+    assert rows("anisotropy", {"m": s}, "notebooks") == [
         ("anisotropy", "m", f"bell curve of the top-1 share around L*: not a bell curve {SEED}", NA,
          "slopes -0.0005, -0.010 per layer", ()),
         ("anisotropy", "m", f"L*: layer 12 of 30 {SEED}", NA, "40% depth, top-1 share 1.000", ())]
@@ -291,7 +291,7 @@ def test_ablation_seed_compat_keeps_the_notebook_s_result_unassessed():
     models = {"m": {"variants": {"per-tensor/all-weights": {"verdicts": {"h5": {
         "result": "NOT_SUPPORTED", "reduction_pct": -10.5, "all_quantized_ratio": 2.0, "gateway_ratio": 2.2}}}}}}
     claim = "H5 [per-tensor/all-weights]: protecting the first and last layers cuts the disparity by > 30%"
-    assert rows("ablation", models, "seed") == [("ablation", "m", f"{claim}: NOT_SUPPORTED {SEED}", NA,
+    assert rows("ablation", models, "notebooks") == [("ablation", "m", f"{claim}: NOT_SUPPORTED {SEED}", NA,
                                                  "reduction = -10.5%", ())]
     assert rows("ablation", models)[0][2:4] == (f"{claim}: NOT_SUPPORTED {OLD}", NA)
 
@@ -350,7 +350,7 @@ def test_surgery_verdicts():
         ("surgery", "m", "block influence predicts the skip cost", FRAGILE, "rho = +0.550, q = 0.010",
          ("without the first and last block",)),
         ("surgery", "m", pruning, ROBUST, "rank-sum p = 0.004; 2 of 3 k beat random after BH", ()),
-        ("surgery", "m", boundary, ROBUST, "effect = +0.120 nats, permutation p = 0.030", ())]
+        ("surgery", "m", boundary, ROBUST, "effect = +0.173 bits/token, permutation p = 0.030", ())]  # 0.120 nats
     got = rows("surgery", {"m": surgery_model((), (), rho=None, better=False, effect=0.05)})
     assert [row[2:4] for row in got] == [("blocks critical when skipped: none", NOT_SIG),
                                          ("block influence predicts the skip cost", NA),

@@ -10,15 +10,18 @@ unknown option, a missing argument) go through the same line, from every command
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import sys
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 
 import typer
 from typer.core import TyperGroup
 
 from ..errors import LayerscopeError
+from ..modes import RenamedValueWarning
 from ..provenance import VERSION
 
 try:  # typer >= 0.26 carries its own copy of click
@@ -90,13 +93,36 @@ def setup_logging(verbose: bool) -> None:
     transformers.logging.disable_progress_bar()
 
 
+@contextlib.contextmanager
+def renamed_values_as_notes() -> Iterator[None]:
+    """A value under its old name (``--compat seed``, ``compat: seed`` in a config file) is one ``note:`` line on
+    stderr, once per command, instead of a ``DeprecationWarning`` that Python would not show; other warnings as
+    before."""
+    seen: set[str] = set()
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def show(message, category, *args, **kwargs):
+            if not issubclass(category, RenamedValueWarning):
+                return shown(message, category, *args, **kwargs)
+            if str(message) not in seen:
+                seen.add(str(message))
+                typer.echo(f"note: {message}", err=True)
+
+        warnings.showwarning = show
+        warnings.simplefilter("always", RenamedValueWarning)
+        yield
+
+
 def user_errors(command: Callable) -> Callable:
-    """Print a :class:`LayerscopeError` as one line on stderr and exit with status 2."""
+    """Print a :class:`LayerscopeError` as one line on stderr and exit with status 2; a value under its old name
+    as one ``note:`` line (:func:`renamed_values_as_notes`)."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
-            return command(*args, **kwargs)
+            with renamed_values_as_notes():
+                return command(*args, **kwargs)
         except LayerscopeError as exc:
             print_error(exc.cli_message())  # --force where Python says force=True
             raise typer.Exit(code=2) from None

@@ -23,7 +23,8 @@ MODEL_HELP = (f"Model: a zoo name ({', '.join(ZOO)}), a local folder, a .gguf fi
 
 
 class Compat(StrEnum):
-    seed = "seed"
+    notebooks = "notebooks"
+    seed = "seed"  # notebooks' old name: accepted, with a note, until 0.5.0 (layerscope.modes)
 
 
 class StoreDType(StrEnum):
@@ -46,9 +47,9 @@ def extract_command(
                                  "notebooks' format, .jsonl or .csv (category,a,b). Default: the bundled dataset."),
     out: Path = typer.Option(None, "--out", "-o", help="Folder to write activations.npz and manifest.json "
                              "into. Default: runs/extract-<UTC time>."),
-    compat: Compat = typer.Option(None, "--compat", help="'seed' reproduces the notebooks' numerics "
-                                  "(token 0 always dropped from mean pooling). Default: the corrected method "
-                                  "(a BOS token dropped by its id)."),
+    compat: Compat = typer.Option(None, "--compat", help="'notebooks' reproduces the research notebooks' "
+                                  "numerics (token 0 always dropped from mean pooling; 'seed' is its deprecated "
+                                  "old name). Default: the corrected method (a BOS token dropped by its id)."),
     batch_size: int = typer.Option(None, "--batch-size", min=1, help="Texts per forward pass. Default: planned "
                                    "from the device's memory (a token budget)."),
     store_dtype: StoreDType = typer.Option(StoreDType.float32, "--store-dtype", help="How the activation cache "
@@ -113,8 +114,10 @@ def manifest(acts: Activations, pairs: PairDataset, batch_size: int | None, *, l
 def summary(acts: Activations, pairs: PairDataset) -> str:
     import numpy as np
 
+    from ..report.markdown import bits
+
     info, stats = acts.model, acts.stats
-    nll = acts.nll_mean
+    nll = bits(acts.nll_mean)  # activations.npz keeps nats; the summary speaks bits, as every page does
     nll_a, nll_b = nll[0::2], nll[1::2]
     cats = pairs.pair_categories()
     lines = [
@@ -133,7 +136,7 @@ def summary(acts: Activations, pairs: PairDataset) -> str:
                      f"{np.mean(b > a):11.0%}")
     lines.append(f"{'all pairs':<24} {nll_a.mean():7.3f} {nll_b.mean():7.3f} {np.mean(nll_b - nll_a):+7.3f} "
                  f"{np.mean(nll_b > nll_a):11.0%}")
-    lines.append("(mean next-token NLL in nats per token; B - A > 0: the model prefers A)")
+    lines.append("(mean next-token NLL in bits per token; B - A > 0: the model prefers A)")
     return "\n".join(lines)
 
 

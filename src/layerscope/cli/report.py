@@ -17,7 +17,8 @@ from .app import app, user_errors
 @app.command("report")
 @user_errors
 def report_command(
-    folder: Path = typer.Argument(..., help="A run folder written by `layerscope run` (one study or a suite)."),
+    folder: Path = typer.Argument(..., metavar="FOLDER",
+                                  help="A run folder written by `layerscope run` (one study or a suite)."),
     figure_format: str = typer.Option(None, "--figure-format", help="Draw every study's figures again from its "
                                       "result.json and table.csv (no model is loaded) in these formats, "
                                       "comma-separated: png, svg, pdf (e.g. svg,pdf); written beside the "

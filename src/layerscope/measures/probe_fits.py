@@ -19,7 +19,7 @@ previous C's solution (as the scikit-learn loop before issue 45 did); the outer 
 standardisation is ``StandardScaler``'s (:func:`standardiser`). A problem whose training rows lack one of three or
 more classes (scikit-learn then fits the classes present) is fitted by scikit-learn itself.
 
-Agreement, measured on SmolLM2-135M's pair side (31 states x 5 folds, 308 rows, d = 576): against scikit-learn
+Agreement, measured on SmolLM2-135M-Instruct's pair side (31 states x 5 folds, 308 rows, d = 576): against scikit-learn
 solved to tol 1e-10 (the exact optimum), this code chose another C in 10 of 155 folds and predicted 26 of 9548
 rows otherwise; scikit-learn at its default tolerance (the code before issue 45) did so in 10 folds and 37 rows.
 Each fold where this code differs has C = 10 or 100 on one side: a large C fits separable rows, whose predictions

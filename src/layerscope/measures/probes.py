@@ -65,7 +65,7 @@ stream, spawned once more per control seed), the permutations and the group resa
 (n_bootstrap, G))`` on the group codes, sorted), so both methods share them on one input. States run in
 ``n_jobs`` worker processes (joblib's loky) or in this one, BLAS single-threaded; the results do not depend on it.
 
-Speed (SmolLM2-135M's pair side, X (308, 31, 576), logreg, 5 folds, 100 permutations, 1000 resamples, a 2-core
+Speed (SmolLM2-135M-Instruct's pair side, X (308, 31, 576), logreg, 5 folds, 100 permutations, 1000 resamples, a 2-core
 EPYC): 27-29 s before issue 45 (a scikit-learn fit per inner split and C), 9 s now in one process (10 s with a
 10-seed control task); two workers took 7 s on the otherwise idle machine but 10-15 s while another job kept a core
 busy, so ``N_JOBS`` is 1.

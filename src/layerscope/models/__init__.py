@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..lazy import lazy
-from .zoo import DEFAULT_MODEL, ZOO
+from .zoo import DEFAULT_MODEL, ZOO, exact_name, prequantized
 
 if TYPE_CHECKING:
     from .info import ModelInfo, decoder_layers, input_device
@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 _LAZY = {"ModelInfo": "info", "decoder_layers": "info", "input_device": "info", "LoadedModel": "load",
          "load_model": "load"}
 
-__all__ = ["DEFAULT_MODEL", "ZOO", "LoadedModel", "ModelInfo", "decoder_layers", "input_device", "load_model"]
+__all__ = ["DEFAULT_MODEL", "ZOO", "LoadedModel", "ModelInfo", "decoder_layers", "exact_name", "input_device",
+           "load_model", "prequantized"]
 
 
 __getattr__, __dir__ = lazy(__name__, _LAZY, __all__)

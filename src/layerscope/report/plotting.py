@@ -97,7 +97,7 @@ def band(ax, x, lo, hi, color, label: str | None = None, alpha: float = 0.15):
 
 def interval_band(ax, x, rows: pd.DataFrame, color, label: str | None = None):
     """``interval_band(ax, rows["layer"], rows, color)``: :func:`band` from the table columns ``ci_lo``,
-    ``ci_hi`` of ``rows`` (n rows); nothing (None) when the table has no such columns (seed compat)."""
+    ``ci_hi`` of ``rows`` (n rows); nothing (None) when the table has no such columns (notebooks mode)."""
     if "ci_lo" not in rows or "ci_hi" not in rows:
         return None
     return band(ax, x, rows["ci_lo"], rows["ci_hi"], color, label=label)

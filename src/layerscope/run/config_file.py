@@ -138,8 +138,9 @@ def _unused(settings: dict[str, Any], names: list[str], source: str, section: st
         readers = used_by(key)
         if readers is None or any(n in readers for n in names):
             continue
-        if source == "the command line":
-            label = f"--{key.replace('_', '-')}"
+        if source == "the command line":  # a setting on by default is turned off by --no-<name>
+            off = value is False and defaults[key][0].default is True
+            label = f"--{'no-' if off else ''}{key.replace('_', '-')}"
         elif value == defaults[key][0].default:
             continue  # a resolved config spells out every setting; only a changed one is worth a warning
         else:

@@ -29,7 +29,7 @@ from ..io import atomic_file, staged_dir
 from ..paths import safe_name
 from ..progress import stage, steps
 from ..report.html import check_page
-from ..report.markdown import no_raw_html
+from ..report.markdown import no_raw_html, with_models
 from ..report.plotting import save_figure, styled
 from ..study.config import figure_formats
 from ..study.result import StudyResult
@@ -55,7 +55,8 @@ def write_result(result: StudyResult, out: Path, force: bool = False) -> Path:
     study = get_study(result.study)
     start = time.perf_counter()
     files = render_figures(result, figure_formats(result.config.get("figure_format") or ("png",)))
-    files["report.md"] = no_raw_html(study.report(result)).encode()  # a plugin's too: no raw HTML in any report.md
+    report = with_models(study.report(result), result.manifest)  # every report names its models exactly
+    files["report.md"] = no_raw_html(report).encode()  # a plugin's too: no raw HTML in any report.md
     files["table.csv"] = result.table.to_csv(index=False).encode()
     timings = result.manifest.setdefault("timings", {})
     timings["write_s"] = round(time.perf_counter() - start, 3)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import OutputError, ResultFileError, short
+from ..modes import NOTEBOOKS
 from ..report.html import Section, check_page, render_run, write_page
 from ..study.result import StudyResult, rerun_hint
 from ..study.verdicts import Verdict, VerdictError
@@ -59,10 +60,10 @@ def section(sub: Path, root: Path, result: StudyResult | None = None) -> Section
     and its rows of the summary table."""
     result = result if result is not None else load_result(sub)
     study = get_study(result.study)
-    seed = result.config.get("compat") == "seed"
+    seed = result.config.get("compat") == NOTEBOOKS
     return Section(anchor=sub.name if sub != root else result.study, title=study.title, question=study.question,
                    headline=_headline(study, result, sub), folder=sub,
-                   method="seed compat (the notebooks' method)" if seed else "layerscope default",
+                   method="notebooks mode (the notebooks' method)" if seed else "layerscope default",
                    method_notes=list(study.compat_notes), warnings=list(result.summary.get("warnings") or []),
                    manifest=result.manifest, verdicts=_verdicts(study, result, sub))
 

@@ -5,7 +5,7 @@
         name = "mine"                                   # layerscope run mine
         title = "Mine";  question = "What does it ask?"
         Settings = MySettings                            # its own config section (settings.Settings subclass)
-        compat_notes = (("notebook method", "layerscope default"),)   # what --compat seed changes
+        compat_notes = (("notebook method", "layerscope default"),)   # what --compat notebooks changes
 
         def check_inputs(self, config): ...              # read its input files, before any model loads
         def run(self, config) -> StudyResult: ...        # load (each_model), analyse
@@ -46,7 +46,7 @@ class Study(ABC):
     order: ClassVar[float] = 100
     """Where a suite runs and reports it (built-in studies: 10 to 50; then by name)."""
     compat_notes: ClassVar[tuple[tuple[str, str], ...]] = ()
-    """(the notebooks' method, the layerscope default) for each thing ``--compat seed`` changes."""
+    """(the notebooks' method, the layerscope default) for each thing ``--compat notebooks`` changes."""
     verdict_metrics: ClassVar[tuple[str, ...]] = ()
     """The table metrics its verdicts are computed from: a NaN or inf there is an error, not a verdict."""
     companions: ClassVar[tuple[str, ...]] = ()

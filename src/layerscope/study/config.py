@@ -1,9 +1,9 @@
 """What a study run needs to know, validated once: the settings every study shares, and the study's own section.
 
-    config = StudyConfig(study="phases", models=["smollm2-135m"], compat="seed", n_bootstrap=2000)
+    config = StudyConfig(study="phases", models=["smollm2-135m"], compat="notebooks", n_bootstrap=2000)
     config.settings                     # PhasesSettings(..., n_bootstrap=2000, ...): the study's own section
     config.n_bootstrap                  # 2000: a study's own setting reads like a shared one
-    config.layer_spec                   # "seed": a value whose default follows --compat (settings.by_compat)
+    config.layer_spec                   # "notebooks": a value whose default follows --compat (settings.by_compat)
     layers = select_layers(config.layer_spec, n_layers=30)    # [0, 4, ..., 28, 30]
 
 Keyword arguments that are not shared settings go to the study's settings class (``Study.Settings``); one the
@@ -21,6 +21,7 @@ from ..errors import short
 from ..models import DEFAULT_MODEL, ZOO, LoadedModel
 from ..models.load import is_dtype_name
 from ..models.spec import path_exists, split_revision
+from ..modes import NOTEBOOKS, notebooks_alias
 from ..paths import control_char, safe_name
 from ..report.plotting import FIGURE_FORMATS
 from . import hooks
@@ -65,8 +66,9 @@ class StudyConfig:
     models: tuple[str, ...] = _help(
         "Models to analyse, loaded one at a time: zoo names, folders, .gguf files or hub ids. Default: the "
         f"study's default models ({DEFAULT_MODEL}; scaling: smollm2-135m and gemma3-270m).", default=())
-    compat: str | None = _help("'seed' reproduces the notebooks: token 0 dropped, every 4th layer, their "
-                               "statistics. Default: the corrected method.", default=None)
+    compat: str | None = _help("'notebooks' reproduces the five research notebooks: token 0 dropped, every 4th "
+                               "layer, their statistics ('seed' is its deprecated old name). Default: the "
+                               "corrected method.", default=None)
     ci_level: float = _help("Confidence level of the intervals.", default=0.95)
     seed: int = _help("Random seed for resampling.", default=42)
     batch_size: int | None = _help("Texts per forward pass. Default: planned from the device's memory (a token "
@@ -121,8 +123,9 @@ class StudyConfig:
                               "the model without control characters (a folder: rename it)")
         if len(set(names)) != len(names):
             raise ConfigError(f"a model is listed twice in {short(list(names))}; list each model once")
-        if self.compat not in (None, "seed"):
-            raise ConfigError(f"unknown compat mode {short(self.compat)}; use 'seed' or leave it out")
+        object.__setattr__(self, "compat", notebooks_alias(self.compat, "compat"))
+        if self.compat not in (None, NOTEBOOKS):
+            raise ConfigError(f"unknown compat mode {short(self.compat)}; use {NOTEBOOKS!r} or leave it out")
         if not 0.5 < self.ci_level < 1:
             raise ConfigError(f"confidence level {self.ci_level} must lie between 0.5 and 1")
         if not 0 <= self.seed < 2**32:

@@ -6,7 +6,7 @@
 
 A deliberate absence is ``None`` in a summary, with its reason beside it (the ablation's
 ``disparity_note`` when the high-resource degradation is below 0.001; ``std_peak_pct`` with one
-model), or a table cell a mode does not compute (CI columns in seed compat, a row with ``n`` = 0).
+model), or a table cell a mode does not compute (CI columns in notebooks mode, a row with ``n`` = 0).
 Any other NaN or inf, in the summary or in a table row of a metric a verdict is computed from,
 raises :class:`NonFiniteError` naming the study, the model and the layer and metric where it sits.
 """

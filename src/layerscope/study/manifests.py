@@ -8,13 +8,18 @@ from __future__ import annotations
 
 from ..data import PairDataset
 from ..engine import Activations
-from ..models import ModelInfo
+from ..models import ModelInfo, exact_name, prequantized
 from ..provenance import library_versions
 from .config import StudyConfig
 
 
 def model_entry(info: ModelInfo, acts: Activations | None = None) -> dict:
-    entry = {"name": info.name, "revision": info.revision, "weights_hash": info.weights_hash, "n_layers": info.n_layers,
+    """The manifest's record of one model: ``exact`` names the checkpoint and its quantization (a zoo name's
+    ``SmolLM2-135M-Instruct, Q4_1 GGUF dequantized to float32``), ``prequantized`` the grid its weights already
+    lie on (``Q4_1``; None for full precision as far as the spec tells)."""
+    entry = {"name": info.name, "exact": exact_name(info.name, info.revision),
+             "prequantized": prequantized(info.name), "revision": info.revision, "weights_hash": info.weights_hash,
+             "n_layers": info.n_layers,
              "hidden_size": info.hidden_size, "architecture": info.architecture, "adds_bos": info.adds_bos,
              "last_hidden_normed": info.last_hidden_normed, "dtype": info.dtype, "device": info.device,
              "max_positions": info.max_positions}
@@ -38,6 +43,6 @@ def add_timings(timings: dict[str, float], **seconds: float) -> None:
 
 def manifest(config: StudyConfig, models: list[dict], dataset: dict | None, timings: dict[str, float],
              max_length: int | None = None) -> dict:
-    """``max_length``: the truncation the texts got, when it is not ``config.max_length`` (ablation's seed compat)."""
+    """``max_length``: the truncation the texts got, when it is not ``config.max_length`` (ablation, notebooks mode)."""
     return {"models": models, "dataset": dataset, "seed": config.seed, "max_length": max_length or config.max_length,
             "versions": library_versions(), "timings": timings}

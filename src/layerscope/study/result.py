@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ResultFileError
+from ..modes import renamed_config
 from ..provenance import jsonable
 from . import hooks
 
@@ -61,7 +62,7 @@ class StudyResult:
         file when its result.json or table.csv is missing, truncated or not what layerscope writes."""
         folder = Path(folder)
         data = _read_result_json(folder / "result.json")
-        return cls(study=data["study"], config=data["config"], manifest=data["manifest"],
+        return cls(study=data["study"], config=renamed_config(data["config"]), manifest=data["manifest"],
                    summary=data["summary"], table=_read_table(folder / "table.csv"), folder=folder)
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LayerscopeError, short, spelled
+from ..modes import NOTEBOOKS, notebooks_alias
 
 
 class ConfigError(LayerscopeError):
@@ -137,7 +138,8 @@ def is_file_setting(cls: type[Settings], key: str, value: Any) -> bool:
     return found is not None and value is not None and value not in found.metadata["keywords"]
 
 
-LAYERS_HELP = "Layers to test: 'all', 'seed' (every 4th plus the last) or a list like '0,4,8'."
+LAYERS_HELP = ("Layers to test: 'all', 'notebooks' (the notebooks' choice: every 4th plus the last; 'seed' is its "
+               "deprecated old name) or a list like '0,4,8'.")
 
 
 def layers_setting(layers: str | list[int] | tuple[int, ...] | None) -> str | None:
@@ -149,8 +151,9 @@ def layers_setting(layers: str | list[int] | tuple[int, ...] | None) -> str | No
         layers = ",".join(map(str, layers))
     if layers is not None:
         if not isinstance(layers, str):
-            raise ConfigError(f"layers {short(layers)} must be 'all', 'seed', a list like [0, 4, 8] "
+            raise ConfigError(f"layers {short(layers)} must be 'all', 'notebooks', a list like [0, 4, 8] "
                               "or a string like '0,4,8'")
+        layers = notebooks_alias(layers, "layers")
         parse_layers(layers)
     return layers
 
@@ -161,8 +164,8 @@ class PairSettings(Settings):
 
     dataset: str | None = setting("Statement-pair dataset file (.json, .jsonl, .csv); default: the bundled pairs.",
                                   file=True)
-    layers: str | list[int] | None = setting(f"{LAYERS_HELP} Default: all (seed with --compat seed).")
-    n_permutations: int = setting("Permutations for the permutation p-values (not used in seed compat).",
+    layers: str | list[int] | None = setting(f"{LAYERS_HELP} Default: all (notebooks with --compat notebooks).")
+    n_permutations: int = setting("Permutations for the permutation p-values (not used in notebooks mode).",
                                   default=10_000)
 
     def __post_init__(self):
@@ -172,8 +175,8 @@ class PairSettings(Settings):
 
     @by_compat
     def layer_spec(self, compat: str | None) -> str:
-        """The layers setting after defaults: seed compat samples layers as the notebooks do."""
-        return self.layers or ("seed" if compat == "seed" else "all")
+        """The layers setting after defaults: notebooks mode samples layers as the notebooks do."""
+        return self.layers or (NOTEBOOKS if compat == NOTEBOOKS else "all")
 
 
 PAIR_NOTES = (
@@ -185,7 +188,7 @@ PAIR_NOTES = (
     ("preference = difference of mean NLL per token", "also the difference of summed NLL, and the token-length "
      "difference of each pair with its correlation to the preference"),
 )
-"""What ``--compat seed`` changes in every statement-pair study: (the notebooks, the layerscope default)."""
+"""What ``--compat notebooks`` changes in every statement-pair study: (the notebooks, the layerscope default)."""
 
 
 POOLING_HELP = "Pooling for the pair-level and profile analyses: mean, last, first."
@@ -204,17 +207,18 @@ def check_n_bootstrap(n: int) -> None:
 
 
 def parse_layers(spec: str) -> str | list[int]:
-    spec = spec.strip()
-    if spec in ("all", "seed"):
+    """``"all"``, ``"notebooks"`` (``"seed"``, its deprecated old name, warns) or the sorted layer numbers."""
+    spec = notebooks_alias(spec.strip(), "layers")
+    if spec in ("all", NOTEBOOKS):
         return spec
     _check_layer_count(spec.count(",") + 1)
     try:
         layers = sorted({int(part) for part in spec.split(",") if part.strip()})
     except ValueError:
-        raise ConfigError(f"bad layer list {short(spec)}; use 'all', 'seed' or comma-separated numbers like 0,4,8"
+        raise ConfigError(f"bad layer list {short(spec)}; use 'all', 'notebooks' or comma-separated numbers like 0,4,8"
                           ) from None
     if not layers:
-        raise ConfigError("empty layer list; use 'all', 'seed' or numbers like 0,4,8")
+        raise ConfigError("empty layer list; use 'all', 'notebooks' or numbers like 0,4,8")
     if layers[0] < 0:
         raise ConfigError(f"layer {layers[0]} is negative; layers count from 0 (the embeddings)")
     if layers[-1] > MAX_LAYER:
@@ -234,7 +238,7 @@ def select_layers(spec: str, n_layers: int, model: str = "the model") -> list[in
     parsed = parse_layers(spec)
     if parsed == "all":
         return list(range(n_layers + 1))
-    if parsed == "seed":
+    if parsed == NOTEBOOKS:
         layers = list(range(0, n_layers + 1, 4))
         return layers if layers[-1] == n_layers else [*layers, n_layers]
     too_big = [layer for layer in parsed if layer > n_layers]

@@ -7,7 +7,7 @@ verdict_table`` draws them at the top of a run's index.html.
     status_of(True)                    # "holds and robust": holds after the study's multiple-comparison control
     status_of(True, ["without c3"])    # "holds but fragile": a sensitivity check flips it
     status_of(False)                   # "not significant": the test ran and the claim does not hold
-    status_of(None)                    # "not assessable": no test possible (too few items, a seed-compat label)
+    status_of(None)                    # "not assessable": no test possible (too few items, a notebooks-mode label)
     key_text("r", 0.669, (0.31, 0.88), q=0.012)   # "r = +0.669 [+0.310, +0.880], q = 0.012"
     flipped(checks)                    # the names of the checks (dicts with "check", "flips") that flip it
 
@@ -20,13 +20,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ..errors import LayerscopeError, short
+from ..modes import NOTEBOOKS
 from ..report.markdown import number, signed
 
 STATUSES = ("holds and robust", "holds but fragile", "not significant", "not assessable")
 """Every status a verdict can have, in that order (from the strongest claim to none)."""
 HOLDS_ROBUST, HOLDS_FRAGILE, NOT_SIGNIFICANT, NOT_ASSESSABLE = STATUSES
 SEED_RULE = "the notebook's rule, no test"
-"""Added to the claim of a ``--compat seed`` label: it is shown, but not assessed."""
+"""Added to the claim of a ``--compat notebooks`` label: it is shown, but not assessed."""
 UNTESTED = "written before its test"
 """Added to the claim of a label in a result.json written before layerscope tested it."""
 
@@ -104,9 +105,9 @@ def seed_claim(claim: str, label: str, seed: bool = True) -> str:
 
 def each_model(result, tested: str, tested_claims: Callable, untested_claims: Callable) -> list[Verdict]:
     """Every model's verdicts: ``tested_claims(study, model, s)`` where its summary ``s`` holds the key ``tested``
-    (the default rules ran), else ``untested_claims(study, model, s, seed)`` (seed compat, or a result written
+    (the default rules ran), else ``untested_claims(study, model, s, seed)`` (notebooks mode, or a result written
     before the rules): the notebook's labels, not assessed."""
-    seed = result.config.get("compat") == "seed"
+    seed = result.config.get("compat") == NOTEBOOKS
     out: list[Verdict] = []
     for model, s in result.summary["models"].items():
         out += tested_claims(result.study, model, s) if tested in s and not seed else \

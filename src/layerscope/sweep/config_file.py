@@ -10,7 +10,7 @@ A sweep file::
     revisions: [step1000, step36000, step143000]   # optional: every model at every revision
     executor: ray                                  # optional: serial (default) or ray
     ray_address: auto                              # optional: join a running cluster
-    layers: seed
+    layers: notebooks
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ runs revisions), and each study's headline numbers against training step.
     readable("peak_depth_pct")                            # "peak depth (% of layers)": titles and axes
 
 Layer curves get an interval band where the profile rows carry ``ci_lo`` and ``ci_hi`` (one row per task and
-layer with an interval: r profiles of divergence, scaling and phases; none in seed compat).
+layer with an interval: r profiles of divergence, scaling and phases; none in notebooks mode).
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ def test_other_settings_or_texts_get_their_own_entry():
     lm = tiny.tiny_lm("llama")
     base = extract(lm, tiny.TEXTS, batch_size=4)
     counter = ForwardCounter(lm.model)
-    seed = extract(lm, tiny.TEXTS, batch_size=4, compat="seed")
+    seed = extract(lm, tiny.TEXTS, batch_size=4, compat="notebooks")
     fewer = extract(lm, tiny.TEXTS[:-1], batch_size=4)
     other_model = extract(tiny.tiny_lm("llama", seed=1), tiny.TEXTS, batch_size=4)
     assert counter.calls == 6  # 3 batches for the seed settings, 3 for the shorter list

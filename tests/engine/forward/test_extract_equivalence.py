@@ -64,7 +64,7 @@ def test_default_matches_naive_loop_and_drops_bos_by_id(lm):
 
 def test_seed_compat_matches_notebook_loop(lm):
     """The notebooks: hidden_states[l][0, 1:, :].mean(dim=0), whatever token 0 is."""
-    acts = extract(lm, tiny.TEXTS, batch_size=3, compat="seed", cache=False)
+    acts = extract(lm, tiny.TEXTS, batch_size=3, compat="notebooks", cache=False)
     for i, text in enumerate(tiny.TEXTS):
         ref = naive(lm, text, drop_first=True)
         assert rel_err(acts.pooled["mean"][i], ref["mean"]) < 1e-4
@@ -90,7 +90,7 @@ def test_left_padding_equals_right_padding(lm):
 
 def test_seed_and_default_differ_only_where_token_0_is_not_bos(lm):
     default = extract(lm, tiny.TEXTS, batch_size=4, cache=False)
-    seed = extract(lm, tiny.TEXTS, batch_size=4, compat="seed", cache=False)
+    seed = extract(lm, tiny.TEXTS, batch_size=4, compat="notebooks", cache=False)
     same = rel_err(default.pooled["mean"], seed.pooled["mean"]) < 1e-6
     assert same == lm.info.adds_bos
     np.testing.assert_array_equal(default.pooled["last"], seed.pooled["last"])

@@ -209,7 +209,7 @@ def test_max_length_is_recorded_in_every_study_manifest(tmp_path):
     assert m["max_length"] == 16 and m["models"][0]["max_positions"] == 16
     llama = str(tiny.save(tmp_path / "llama", "llama", adds_bos=False))
     texts = str(tmp_path / "t.json")
-    assert manifest("ablation", "--model", llama, "--texts", texts, "--compat", "seed")["max_length"] == 256
-    assert manifest("ablation", "--model", llama, "--texts", texts, "--compat", "seed",
+    assert manifest("ablation", "--model", llama, "--texts", texts, "--compat", "notebooks")["max_length"] == 256
+    assert manifest("ablation", "--model", llama, "--texts", texts, "--compat", "notebooks",
                     "--max-length", "5")["max_length"] == 5
     assert manifest("ablation", "--model", llama, "--texts", texts)["max_length"] is None

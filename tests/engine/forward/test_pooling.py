@@ -19,7 +19,7 @@ def test_mean_mask_drops_bos_by_id_and_seed_drops_token_0_always():
         b = batch(side)
         real = b.attention_mask.bool()
         default = mean_mask(b, BOS)
-        seed = mean_mask(b, BOS, compat="seed")
+        seed = mean_mask(b, BOS, compat="notebooks")
         # text 0: BOS dropped in both modes; text 1: kept by default, dropped by seed
         assert default[0].sum() == 2 and seed[0].sum() == 2
         assert default[1].sum() == 2 and seed[1].sum() == 1

@@ -54,7 +54,7 @@ def boost_the(lm):
 def hand_pool(states, n_real, first_is_bos, compat, flags):
     """One text's vectors by the documented rules; ``states`` (T, d) right-padded, ``flags`` (T,) massive."""
     states = states.astype(np.float64)
-    mean_tokens = list(range(1 if (compat == "seed" or first_is_bos) else 0, n_real))
+    mean_tokens = list(range(1 if (compat == "notebooks" or first_is_bos) else 0, n_real))
     no_pos0 = list(range(1, n_real))
     no_massive = [t for t in mean_tokens if not flags[t]] or no_pos0
     return {"mean": states[mean_tokens].mean(0), "last": states[n_real - 1], "first": states[0],
@@ -102,13 +102,13 @@ def test_hooks_equal_output_hidden_states_for_every_pooling_and_layer(arch, bos)
     lm = tiny.tiny_lm(arch, adds_bos=bos)
     boost_the(lm)  # some tokens massive, so mean_no_massive differs from mean
     chunks = sorted_chunks(lm, tiny.TEXTS, 4)
-    for compat in (None, "seed"):
+    for compat in (None, "notebooks"):
         acts = extract(lm, tiny.TEXTS, batch_size=4, compat=compat, cache=False)
         assert acts.stats.batches_computed == len(chunks) == 3
         pooled, pre, flags = hidden_states_reference(lm, arch, tiny.TEXTS, chunks, compat)
         assert 0 < flags.sum() < len(flags)  # the mean_no_massive check can fail
         assert rel_err(pooled["mean_no_massive"], pooled["mean"]) > 1e-2
-        if bos or compat == "seed":
+        if bos or compat == "notebooks":
             assert rel_err(pooled["mean"], pooled["mean_no_pos0"]) < 1e-6
         else:
             assert rel_err(pooled["mean"], pooled["mean_no_pos0"]) > 1e-3

@@ -24,6 +24,7 @@ import numpy as np
 from ...errors import ExtractionError
 from ...io import atomic_file
 from ...models.info import ModelInfo
+from ...modes import renamed_config
 from ..cache.layers import ArraySource, LayerStack, stack_of
 from .pooling import ALL_POOLINGS
 
@@ -35,7 +36,7 @@ class ExtractSettings:
     poolings: tuple[str, ...] = ALL_POOLINGS
     """``POOLINGS`` (mean, last, first) and the sensitivity views ``CHECK_POOLINGS``, see :mod:`.pooling`."""
     compat: str | None = None
-    """``None``: corrected method (BOS dropped by id). ``"seed"``: the notebooks' (token 0 dropped)."""
+    """``None``: corrected method (BOS dropped by id). ``"notebooks"``: the notebooks' (token 0 dropped)."""
     max_length: int | None = None
     """Truncate texts to this many tokens (``None``: never truncate)."""
     padding_side: str = "right"
@@ -55,7 +56,7 @@ class ExtractSettings:
         d["poolings"] = tuple(d["poolings"])
         if d.get("layers") is not None:
             d["layers"] = tuple(d["layers"])
-        return cls(**d)
+        return cls(**renamed_config(d))  # a file written by 0.4.0 or earlier spells the notebooks' mode "seed"
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@
     acts.pooled["mean"].shape                                   # (2, 31, 576), a LayerStack
     acts.pre_norm["mean"].shape                                 # (2, 576): last block, before the final norm
     acts = extract(lm, texts, layers=[0, 15, 30])              # pool and store only these hidden states
-    acts = extract(lm, texts, compat="seed", cache=False)       # the notebooks' token-0 rule
+    acts = extract(lm, texts, compat="notebooks", cache=False)       # the notebooks' token-0 rule
 
 Texts are tokenized one by one (as a single-text call would), sorted by length and run in
 batches planned by memory (a token budget from the device; ``batch_size`` fixes the texts per
@@ -43,6 +43,7 @@ import torch
 from ...errors import ExtractionError
 from ...models.info import input_device
 from ...models.load import LoadedModel
+from ...modes import NOTEBOOKS, OLD_NOTEBOOKS, notebooks_alias
 from ...paths import activations_dir
 from ...progress import steps
 from ...provenance import sha256_json
@@ -103,7 +104,7 @@ def extract(
     fingerprint = sha256_json({
         "format": FORMAT_VERSION, "weights": lm.info.weights_hash, "revision": lm.info.revision,
         "dtype": lm.info.dtype, "device": torch.device(lm.info.device).type, "texts": sha256_json(texts),
-        "token_ids": sha256_json(ids), "settings": settings.to_dict(),
+        "token_ids": sha256_json(ids), "settings": _keyed(settings),
     })
     layout = Layout(n_texts=len(texts), n_states=lm.info.n_layers + 1, d=lm.info.hidden_size,
                     layers=settings.layers, poolings=settings.poolings, store_dtype=settings.store_dtype)
@@ -332,6 +333,13 @@ def run_batch(lm: LoadedModel, batch: Batch, settings: ExtractSettings,
     return {key: np.array(value) for key, value in packing.arrays(host, rows).items()}
 
 
+def _keyed(settings: ExtractSettings) -> dict:
+    """The settings as the cache key holds them: the notebooks' mode under ``"seed"``, its name up to 0.4.0, so
+    the entries cached before the rename stay hits (the key changes no number)."""
+    key = settings.to_dict()
+    return {**key, "compat": OLD_NOTEBOOKS} if key["compat"] == NOTEBOOKS else key
+
+
 def _validate(lm, texts, poolings, layers, compat, batch_size, max_length, padding_side,
               store_dtype) -> ExtractSettings:
     if isinstance(texts, str) or not len(texts):
@@ -342,8 +350,9 @@ def _validate(lm, texts, poolings, layers, compat, batch_size, max_length, paddi
     unknown = set(poolings) - set(ALL_POOLINGS)
     if unknown or not poolings:
         raise ExtractionError(f"unknown pooling {sorted(unknown)}; choose from {', '.join(ALL_POOLINGS)}")
-    if compat not in (None, "seed"):
-        raise ExtractionError(f"unknown compat mode {compat!r}; use None (corrected) or 'seed'")
+    compat = notebooks_alias(compat, "compat")
+    if compat not in (None, NOTEBOOKS):
+        raise ExtractionError(f"unknown compat mode {compat!r}; use None (corrected) or {NOTEBOOKS!r}")
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise ExtractionError(f"batch size must be a positive integer (or None: planned from memory), "
                               f"got {batch_size!r}")

@@ -18,10 +18,11 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from ...modes import NOTEBOOKS
 from .batching import Batch
 
 POOLINGS = ("mean", "last", "first")
-"""``mean``: average of the text's tokens without a leading BOS token (seed compat:
+"""``mean``: average of the text's tokens without a leading BOS token (notebooks mode:
 without position 0, whatever it is); ``last``: the last real token; ``first``: position 0."""
 
 CHECK_POOLINGS = ("mean_no_pos0", "mean_no_massive")
@@ -41,11 +42,11 @@ def mean_mask(batch: Batch, bos_token_id: int | None, compat: str | None = None)
     """(B, T) bool: the tokens a ``mean`` pooling averages.
 
     Default: every real token except a first token whose id is ``bos_token_id``.
-    ``compat="seed"``: every real token except the first one, as the notebooks do.
+    ``compat="notebooks"``: every real token except the first one, as the notebooks do.
     """
     mask = batch.attention_mask.bool().clone()
     rows = torch.arange(mask.shape[0], device=mask.device)
-    if compat == "seed":
+    if compat == NOTEBOOKS:
         drop = torch.ones_like(batch.first, dtype=torch.bool)
     elif bos_token_id is None:
         return mask

@@ -10,7 +10,7 @@
 A scored token is position ``t`` of a text whose token ``t + 1`` is real (as the logit lens scores). ``keep``:
 an optional (len(ids),) list of boolean arrays, one per text, of the positions to keep (the held-out positions
 whose prefix no training text shares, :func:`~.tuned_lens_split.unseen_positions`). Rows are kept in the
-model's dtype on the head's device; memory is ``(n_layers + 2) x N x d`` of it (SmolLM2-135M, 30k tokens:
+model's dtype on the head's device; memory is ``(n_layers + 2) x N x d`` of it (SmolLM2-135M-Instruct, 30k tokens:
 2.1 GB in float32).
 """
 

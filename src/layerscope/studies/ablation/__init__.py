@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from ...data.languages import load_languages
 from ...errors import short
 from ...models import decoder_layers
+from ...modes import NOTEBOOKS
 from ...quant import RECIPES, recipe_for
 from ...quant.fake import parse_scheme
 from ...study.base import Study
@@ -22,7 +23,7 @@ from ...study.per_model import each_model
 from ...study.registry import register_study
 from ...study.result import StudyResult, make_table
 from ...study.settings import ConfigError, Settings, by_compat, check_n_bootstrap, setting
-from ..shared.caveats import MIN_N, group_warnings
+from ..shared.caveats import MIN_N, group_warnings, prequantized_warnings
 from .analysis import VERDICT_METRICS
 from .claims import claims as study_claims
 from .configs import load_configs, read_configs, standard_configs, sweep_configs
@@ -47,7 +48,7 @@ class AblationSettings(Settings):
     sweep: bool = setting("Also quantize one layer at a time, every layer.", default=False)
     recipe: str | None = setting("How to quantize: notebook (per-tensor, every weight), per-channel (linear weights), "
                                  "group128 (128 inputs per scale, linear weights) or int8 (8-bit per-channel); the "
-                                 "README lists each one's source. Default: per-channel (seed compat: notebook).")
+                                 "README lists each one's source. Default: per-channel (notebooks mode: notebook).")
     scheme: str | None = setting("per-tensor, per-channel or group:N, in place of the recipe's. Default: the "
                                  "recipe's.")
     targets: str | None = setting("'linear' (linear-layer weights) or 'all-weights' (every weight, norms "
@@ -82,7 +83,7 @@ class AblationSettings(Settings):
         check_n_bootstrap(self.n_bootstrap)
 
     def _recipe(self, compat: str | None):
-        return RECIPES[self.recipe or ("notebook" if compat == "seed" else "per-channel")]
+        return RECIPES[self.recipe or ("notebook" if compat == NOTEBOOKS else "per-channel")]
 
     @by_compat
     def quant_recipe(self, compat: str | None) -> str:
@@ -134,7 +135,7 @@ class Ablation(Study):
         if (config.quant_scheme, config.quant_targets) != NOTEBOOK:
             variants.append(Variant("per-tensor/all-weights (notebook)", *NOTEBOOK, sweep=False, bits=config.bits,
                                     recipe="notebook"))
-        max_length = config.max_length or (SEED_MAX_LENGTH if config.compat == "seed" else None)  # explicit wins
+        max_length = config.max_length or (SEED_MAX_LENGTH if config.compat == NOTEBOOKS else None)  # explicit wins
         timings: dict[str, float] = {}
         summaries, rows, models = {}, [], []
         for run in each_model(config, timings):
@@ -157,7 +158,8 @@ class Ablation(Study):
                    "languages": {lang.code: lang.resource for lang in languages.languages}}
         summary: AblationSummary = {"bits": bits, "recipe": primary.recipe, "primary": primary.label,
                                     "models": summaries,
-                                    "warnings": group_warnings(len(languages.high), len(languages.low))}
+                                    "warnings": [*prequantized_warnings(models, bits),
+                                                 *group_warnings(len(languages.high), len(languages.low))]}
         record = manifest(config, models, dataset, timings, max_length=max_length)
         return StudyResult(study=self.name, config=config.to_dict(), manifest=record, summary=summary,
                            table=make_table(rows))
@@ -179,8 +181,8 @@ class Ablation(Study):
 
     def headline(self, result: StudyResult) -> list[str]:
         """One line per model and variant: the H5 verdict with its interval, leave-one-language-out range and
-        robustness (seed compat: the notebook's rule), and the number of languages when a group has < 10."""
-        seed = result.config.get("compat") == "seed"
+        robustness (notebooks mode: the notebook's rule), and the number of languages when a group has < 10."""
+        seed = result.config.get("compat") == NOTEBOOKS
         caveat = _languages_caveat(result.manifest.get("dataset", {}).get("languages", {}))
         lines = []
         summary: AblationSummary = result.summary

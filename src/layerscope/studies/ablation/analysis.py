@@ -21,7 +21,7 @@ H5_THRESHOLD = 30.0
 BROKEN_PPL_RATIO = 100.0
 """Default mode: a configuration that multiplies the median text's perplexity by more than this no longer works
 as a language model; its degradations measure the breakage, so it gets no disparity ratio and no reduction
-("model broken, undetermined"). Seed compat keeps the notebook's numbers whatever the perplexity."""
+("model broken, undetermined"). Notebooks mode keeps the notebook's numbers whatever the perplexity."""
 SCORES = ("ppl", "degradation", "delta_nll")
 VERDICT_METRICS = (*SCORES, "d_hr", "d_lr")
 """Table metrics H5, the halves, synergy and the sweep's most sensitive layers are computed from
@@ -109,7 +109,7 @@ def reduction(all_quantized: float | None, ratio: float | None) -> tuple[float |
 
 
 def verdicts(per_config: list[ConfigRow]) -> Verdicts:
-    """The notebook's rule (seed compat), on the point estimates: H5 (reduction > 30%), the halves, synergy."""
+    """The notebook's rule (notebooks mode), on the point estimates: H5 (reduction > 30%), the halves, synergy."""
     by = {r["config"]: r for r in per_config}
     ratio = {name: r["disparity_ratio"] for name, r in by.items()}
     out: dict = {}

@@ -7,6 +7,7 @@ reduction and the left-out languages that flip it.
 
 from __future__ import annotations
 
+from ...modes import NOTEBOOKS
 from ...study.result import StudyResult
 from ...study.verdicts import NOT_ASSESSABLE, Verdict, flipped, seed_claim, status_of
 from .summary import AblationSummary, H5Verdict
@@ -16,9 +17,9 @@ TESTED = {"SUPPORTED": True, "NOT_SUPPORTED": False, "INCONCLUSIVE": False}
 
 
 def claims(result: StudyResult) -> list[Verdict]:
-    """One verdict per model and variant; seed compat (or a result written before the interval): "not assessable",
+    """One verdict per model and variant; notebooks mode (or a result written before the interval): "not assessable",
     the notebook's result kept in the claim."""
-    seed = result.config.get("compat") == "seed"
+    seed = result.config.get("compat") == NOTEBOOKS
     summary: AblationSummary = result.summary
     return [h5_claim(result.study, model, label, v["verdicts"]["h5"], seed)
             for model, s in summary["models"].items() for label, v in s["variants"].items()]

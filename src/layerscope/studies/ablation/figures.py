@@ -7,6 +7,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from ...report.markdown import bits
 from ...report.plotting import COLORS, MARKERS, figure, figure_slug
 from ...study.result import StudyResult
 from .summary import AblationSummary, ConfigRow, SweepRow, VariantSummary
@@ -129,11 +130,11 @@ def _layer_error(model: str, label: str, v: VariantSummary, resource: dict[str, 
     if sweep:
         for group, color in (("high", COLORS[0]), ("low", COLORS[3])):
             rows = [r for r in sweep if resource.get(r["lang"]) == group]
-            by_layer = {layer: np.mean([r["delta_nll"] for r in rows if r["layer"] == layer]) for layer in layers}
+            by_layer = {layer: bits(np.mean([r["delta_nll"] for r in rows if r["layer"] == layer])) for layer in layers}
             if rows:
                 twin.plot(layers, [by_layer[layer] for layer in layers], MARKERS[0] + ":", color=color,
                           label=f"delta NLL, only this layer ({group}-resource)")
-        twin.set_ylabel("Mean delta NLL, only this layer quantized (nats/token)")
+        twin.set_ylabel("Mean delta NLL, only this layer quantized (bits/token)")
     else:
         twin.plot(layers, [e["weight_rel_err"] for e in errors], "^:", color=COLORS[4], label="weight relative error")
         twin.set_ylabel("||W - W_q|| / ||W||")
@@ -141,7 +142,7 @@ def _layer_error(model: str, label: str, v: VariantSummary, resource: dict[str, 
     ax.legend(handles, [h.get_label() for h in handles], fontsize="small", loc="best")
     ax.set_title("Each layer's own error (full-precision input) and its damage alone")
     if sweep:
-        damage = {layer: np.mean([r["delta_nll"] for r in sweep if r["layer"] == layer]) for layer in layers}
+        damage = {layer: bits(np.mean([r["delta_nll"] for r in sweep if r["layer"] == layer])) for layer in layers}
         right = axes[0, 1]
         x = [e["sqnr_db"] for e in errors]
         y = [damage[layer] for layer in layers]
@@ -153,7 +154,7 @@ def _layer_error(model: str, label: str, v: VariantSummary, resource: dict[str, 
         right.set_title("SQNR vs delta NLL per layer" + (f" (Spearman rho {rho:+.2f}, p = {corr['p']:.2g})"
                                                          if rho is not None else ""))
         right.set_xlabel("SQNR of the layer's output (dB)")
-        right.set_ylabel("Mean delta NLL, only this layer quantized (nats/token)")
+        right.set_ylabel("Mean delta NLL, only this layer quantized (bits/token)")
         right.grid(True, alpha=0.3)
     fig.suptitle(f"{model}: per-layer quantization error, {label} ({v.get('recipe', 'custom')} recipe, "
                  f"{v.get('bits', '?')}-bit)", fontweight="bold")
@@ -165,7 +166,7 @@ def _heatmap(model: str, label: str, sweep: list[SweepRow], resource: dict[str, 
     langs = list(dict.fromkeys(r["lang"] for r in sweep))
     grid = np.full((len(layers), len(langs)), np.nan)
     for r in sweep:
-        grid[layers.index(r["layer"]), langs.index(r["lang"])] = r["delta_nll"]
+        grid[layers.index(r["layer"]), langs.index(r["lang"])] = bits(r["delta_nll"])
     fig, axes = figure(1, 1, size=(1.2 * len(langs) + 3, 0.28 * len(layers) + 2))
     ax = axes[0, 0]
     bound = max(float(np.nanmax(np.abs(grid))), 1e-9)  # red: quantizing the layer hurts, blue: it helps
@@ -174,13 +175,13 @@ def _heatmap(model: str, label: str, sweep: list[SweepRow], resource: dict[str, 
     ax.set_yticks(range(len(layers)), layers)
     ax.set_xlabel("Language")
     ax.set_ylabel("Only this layer quantized")
-    ax.set_title(f"{model}: per-layer sensitivity ({label})\nmean NLL increase over baseline (nats/token)")
-    fig.colorbar(image, ax=ax, label="delta NLL (nats/token)")
+    ax.set_title(f"{model}: per-layer sensitivity ({label})\nmean NLL increase over baseline (bits/token)")
+    fig.colorbar(image, ax=ax, label="delta NLL (bits/token)")
     return fig
 
 
 def _has_ci(by: dict[str, ConfigRow]) -> bool:
-    """Whether the rows carry bootstrap intervals (default mode; seed compat has none)."""
+    """Whether the rows carry bootstrap intervals (default mode; notebooks mode has none)."""
     return any(r.get("d_hr_ci") is not None for r in by.values())
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ...modes import NOTEBOOKS
 from ...stats import percentile_ci, resample_indices
 from ...study.sensitivity import check_entry, robustness
 from .analysis import BROKEN_PPL_RATIO, H5_THRESHOLD, MIN_HR_DEGRADATION, disparity_table, verdicts
@@ -33,9 +34,9 @@ MIN_TEXTS = 2
 def variant_verdicts(scored: pd.DataFrame, names: list[str], compat: str | None, level: float, n_resamples: int,
                      seed: int) -> tuple[list[ConfigRow], Verdicts]:
     """``per_config, verdicts = variant_verdicts(scored, names, config.compat, config.ci_level, config.n_bootstrap,
-    config.seed)``: with ``compat == "seed"`` the notebook's table and rule (point estimates, no intervals);
+    config.seed)``: with ``compat == NOTEBOOKS`` the notebook's table and rule (point estimates, no intervals);
     otherwise broken configurations marked and every label earned by its bootstrap interval."""
-    if compat == "seed":
+    if compat == NOTEBOOKS:
         per_config = disparity_table(scored, names)
         return per_config, verdicts(per_config)
     per_config = disparity_table(scored, names, BROKEN_PPL_RATIO)

@@ -3,8 +3,9 @@ error, sweep, and how the forward passes ran (prefix reuse)."""
 
 from __future__ import annotations
 
+from ...modes import NOTEBOOKS
 from ...quant import RECIPES
-from ...report.markdown import md_table, md_text, number
+from ...report.markdown import bits, md_table, md_text, number
 from ...study.result import StudyResult
 from ..shared.caveats import warning_lines
 from .analysis import BROKEN_PPL_RATIO, H5_THRESHOLD
@@ -32,7 +33,7 @@ def _ratio(x) -> str:
 def report(result: StudyResult) -> str:
     """``text = report(result)``: the markdown report of an ablation result."""
     s: AblationSummary = result.summary
-    seed = result.config.get("compat") == "seed"
+    seed = result.config.get("compat") == NOTEBOOKS
     out = ["# Ablation: which layers matter most when quantized, per language?", "",
            (f"Each configuration fake-quantizes a set of decoder layers to {s['bits']} bits (symmetric, round to "
            "nearest); every text's perplexity is compared with the unquantized baseline. Degradation = "
@@ -98,9 +99,10 @@ def _layer_errors(v: VariantSummary) -> list[str]:
            + (". Beside it, the mean delta NLL per language of quantizing that layer alone (--sweep)." if langs
               else "."), "",
            md_table(["layer", "weight rel. error", "SQNR (dB)", "SQNR without first token (dB)",
-                     *(f"delta NLL {md_text(lang)}" for lang in langs)],
+                     *(f"delta NLL {md_text(lang)} (bits/token)" for lang in langs)],
                     [[e["layer"], number(e["weight_rel_err"], 4), number(e["sqnr_db"], 2),
-                      number(e["sqnr_db_excl_pos0"], 2), *(number(sweep.get((e["layer"], lang)), 3) for lang in langs)]
+                      number(e["sqnr_db_excl_pos0"], 2),
+                      *(number(bits(sweep.get((e["layer"], lang))), 3) for lang in langs)]
                      for e in errors])]
     corr = v.get("sqnr_vs_sweep")
     if corr:
@@ -114,8 +116,8 @@ def _layer_errors(v: VariantSummary) -> list[str]:
 
 
 def _method(config: dict) -> str:
-    if config.get("compat") == "seed":
-        return ("Method: **seed compat**: the notebook's quantization (one scale per tensor, every parameter "
+    if config.get("compat") == NOTEBOOKS:
+        return ("Method: **notebooks mode**: the notebook's quantization (one scale per tensor, every parameter "
                 "named 'weight' in a layer, norm weights included) and its truncation at 256 tokens.")
     return ("Method: the notebook quantizes every parameter named 'weight' in a layer (norm weights included) "
             "with one scale per tensor; layerscope's default quantizes only linear-layer weights with one scale "
@@ -156,7 +158,7 @@ def _per_language(table, model: str, v: VariantSummary, configs: list[str]) -> s
 
 
 def _config_table(rows: list[ConfigRow], seed: bool) -> list[str]:
-    """The per-configuration table: the notebook's columns in seed compat; with the perplexity blow-up,
+    """The per-configuration table: the notebook's columns in notebooks mode; with the perplexity blow-up,
     the disparity's bootstrap interval and "broken (ppl x...)" in place of a ratio otherwise."""
     def broken(c: ConfigRow) -> str:
         return f"broken (ppl x{c['median_ppl_ratio']:.4g})"
@@ -164,21 +166,21 @@ def _config_table(rows: list[ConfigRow], seed: bool) -> list[str]:
     if seed:
         return [md_table(
             ["config", "layers quantized", "mean ppl", "mean degradation", "D_HR", "D_LR", "disparity",
-             "reduction vs all", "delta NLL HR", "delta NLL LR"],
+             "reduction vs all", "delta NLL HR (bits/token)", "delta NLL LR (bits/token)"],
             [[md_text(c["config"]), c["n_quantized"], readable(c["mean_ppl"], 4), readable(c["mean_degradation"], 4),
               readable(c["d_hr"], 4), readable(c["d_lr"], 4), _ratio(c["disparity_ratio"]),
               "n/a" if c["reduction_pct"] is None else f"{c['reduction_pct']:+.1f}%",
-              number(c["delta_nll_hr"], 3), number(c["delta_nll_lr"], 3)] for c in rows])]
+              number(bits(c["delta_nll_hr"]), 3), number(bits(c["delta_nll_lr"]), 3)] for c in rows])]
     return [md_table(
         ["config", "layers quantized", "median ppl / baseline", "mean degradation", "D_HR", "D_LR", "disparity",
-         "disparity CI", "reduction vs all", "delta NLL HR", "delta NLL LR"],
+         "disparity CI", "reduction vs all", "delta NLL HR (bits/token)", "delta NLL LR (bits/token)"],
         [[md_text(c["config"]), c["n_quantized"], readable(c.get("median_ppl_ratio"), 3),
           readable(c["mean_degradation"], 4),
           readable(c["d_hr"], 4), readable(c["d_lr"], 4),
           broken(c) if c.get("broken") else _ratio(c["disparity_ratio"]),
           "" if c.get("broken") else _ci(c.get("disparity_ci")),
           broken(c) if c.get("broken") else "n/a" if c["reduction_pct"] is None else f"{c['reduction_pct']:+.1f}%",
-          number(c["delta_nll_hr"], 3), number(c["delta_nll_lr"], 3)] for c in rows])]
+          number(bits(c["delta_nll_hr"]), 3), number(bits(c["delta_nll_lr"]), 3)] for c in rows])]
 
 
 def _seed_verdicts(verdict: Verdicts) -> list[str]:

@@ -100,7 +100,7 @@ def sqnr_vs_sweep(overall: pd.DataFrame, scored: pd.DataFrame) -> SqnrVsSweep:
 
 def _interval(ci: list[float] | None | bool) -> dict:
     """Table columns ``ci_lo``, ``ci_hi`` for a bootstrap interval (None: not computed); {} where the summary
-    has no interval for the metric (seed compat, reduction_pct)."""
+    has no interval for the metric (notebooks mode, reduction_pct)."""
     if ci is False:
         return {}
     return {"ci_lo": None, "ci_hi": None} if ci is None else {"ci_lo": ci[0], "ci_hi": ci[1]}

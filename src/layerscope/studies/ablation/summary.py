@@ -1,6 +1,6 @@
 """What an ablation result's summary holds, key by key: ``result.summary`` is an :class:`AblationSummary`, each
 ``result.summary["models"][name]`` an :class:`AblationModel`, each of its ``variants`` a :class:`VariantSummary`
-(keys marked NotRequired are absent in seed compat, or in some verdicts: see each class).
+(keys marked NotRequired are absent in notebooks mode, or in some verdicts: see each class).
 
     s: AblationSummary = result.summary
     v = s["models"]["smollm2-135m"]["variants"][s["primary"]]     # the primary quantization variant
@@ -47,7 +47,7 @@ class LanguageCheck(TypedDict):
 class H5Verdict(TypedDict):
     """H5: does protecting the first and last layers cut the disparity by more than 30%?
 
-    Seed compat: result and (when defined) reduction_pct, all_quantized_ratio and gateway_ratio, or reason.
+    Notebooks mode: result and (when defined) reduction_pct, all_quantized_ratio and gateway_ratio, or reason.
     Default mode: UNDETERMINED and NOT_APPLICABLE carry reason; a verdict carries the interval and the checks."""
 
     result: str  # SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, NOT_APPLICABLE or UNDETERMINED

@@ -3,11 +3,11 @@ the bell-curve test, outlier dimensions, and the same without position 0.
 
 Default mode: the final layer is the last block's output before the final norm (the post-norm state is a
 sensitivity row), the token sets are all tokens, without position 0, without the massive-activation tokens and
-without both, the bell label needs two significant slopes, and L* comes with what drives it. ``--compat seed``:
+without both, the bell label needs two significant slopes, and L* comes with what drives it. ``--compat notebooks``:
 the notebook's profile, token set and labels.
 
 ``anisotropy_results.zip`` (written by :meth:`Anisotropy.finish`) holds the data files only: result.json,
-table.csv and report.md (the figures are beside it, and index.html embeds them); with ``--compat seed`` also
+table.csv and report.md (the figures are beside it, and index.html embeds them); with ``--compat notebooks`` also
 the figures, as the notebook's ZIP. It never holds index.html, config.yaml or itself.
 
     result = Anisotropy().run(StudyConfig(study="anisotropy", exclude_bos=True))
@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ...data.prompts import load_prompts
 from ...engine.forward.tokens import token_states
+from ...modes import NOTEBOOKS
 from ...study.base import Study
 from ...study.config import StudyConfig
 from ...study.manifests import manifest, model_entry
@@ -119,7 +120,7 @@ class Anisotropy(Study):
             t = headline_set(s)
             reference = (f"; {t['reference']['verdict']} with reference L* {t['reference']['reference_l_star']}"
                          if t["reference"] else "")
-            if "bell_verdict" not in s:  # seed compat (or a result written before the default rules)
+            if "bell_verdict" not in s:  # notebooks mode (or a result written before the default rules)
                 lines.append(f"{model}: L* = {t['l_star']} of {s['n_layers']}; "
                              + ("bell curve" if t["bell"]["is_bell_curve"] else "not a bell curve") + reference)
                 continue
@@ -133,10 +134,10 @@ class Anisotropy(Study):
         return lines
 
     def finish(self, folder: Path, result: StudyResult) -> None:
-        """``anisotropy_results.zip``: result.json, table.csv and report.md; with ``--compat seed`` also the
+        """``anisotropy_results.zip``: result.json, table.csv and report.md; with ``--compat notebooks`` also the
         figures (the notebook's ZIP). Never index.html, config.yaml or the ZIP itself."""
         names = ["result.json", "table.csv", "report.md"]
-        if result.config.get("compat") == "seed":
+        if result.config.get("compat") == NOTEBOOKS:
             names += sorted(p.name for p in folder.glob("*.png"))
         with zipfile.ZipFile(folder / "anisotropy_results.zip", "w", compression=zipfile.ZIP_DEFLATED) as archive:
             for name in names:

@@ -9,7 +9,7 @@ notebook never checks: outlier dimensions, the position-0 sink and massive-activ
 
 Default mode: the profile's final layer (``n_layers``) is the last block's output before the model's final norm
 (``TokenStates.pre_norm``); the post-norm state is a sensitivity row (``stage`` "pre_norm" / "post_norm" on the
-rows of layer ``n_layers``). ``compat="seed"`` keeps the notebook's profile, rule and labels.
+rows of layer ``n_layers``). ``compat="notebooks"`` keeps the notebook's profile, rule and labels.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from scipy import stats
 from ...engine.forward.tokens import TokenStates
 from ...errors import LayerscopeError
 from ...measures.spectrum import anisotropy_metrics
+from ...modes import NOTEBOOKS
 from ...report.markdown import number
 from ...stats import bh_qvalues
 from ...study.config import ConfigError
@@ -56,7 +57,7 @@ MIN_SEGMENT = 3
 TOKEN_SETS = {"all": "all tokens", "excl_pos0": "without position 0",
               "excl_massive": "without massive-activation tokens",
               "excl_pos0_massive": "without position 0 and massive-activation tokens"}
-"""The token sets of the default mode and how reports name them (seed compat: "all", with --exclude-bos also
+"""The token sets of the default mode and how reports name them (notebooks mode: "all", with --exclude-bos also
 "excl_pos0"). ``excl_pos0_massive`` leaves out position 0 and every massive-activation token (wherever it sits)."""
 
 
@@ -66,7 +67,7 @@ def l_star(top1: list[float]) -> int:
 
 
 def bell_test(values: list[float], star: int) -> Bell:
-    """The notebook's rule (seed compat): linear-regression slopes before L* (layers < L*) and from L* on; bell =
+    """The notebook's rule (notebooks mode): linear-regression slopes before L* (layers < L*) and from L* on; bell =
     rising then falling, whatever the slopes' size and p."""
     def trend(segment):
         if len(segment) < 2:
@@ -223,8 +224,9 @@ def headline_tokens(config: StudyConfig) -> str:
 
 
 def profiled_tokens(config: StudyConfig) -> list[str]:
-    """The token sets to profile: every one of TOKEN_SETS; seed compat: "all", with --exclude-bos also "excl_pos0"."""
-    if config.compat == "seed":
+    """The token sets to profile: every one of TOKEN_SETS; notebooks mode: "all" (with --exclude-bos also
+    "excl_pos0")."""
+    if config.compat == NOTEBOOKS:
         return ["all", "excl_pos0"] if config.exclude_bos else ["all"]
     return list(TOKEN_SETS)
 
@@ -240,9 +242,9 @@ def analyse_states(name: str, n_layers: int, states: TokenStates, config: StudyC
 def analyse_model(name: str, n_layers: int, states: TokenStates, token_sets: list[str], primary: str,
                   reference: int | None, compat: str | None = None, level: float = 0.95,
                   decode: Callable[[int], str] | None = None) -> tuple[AnisotropyAnalysis, list[dict]]:
-    """One model's summary and table rows: the notebook's analysis with ``compat="seed"``, else
+    """One model's summary and table rows: the notebook's analysis with ``compat="notebooks"``, else
     :func:`corrected_analysis` (``decode`` turns a token id into its text for the massive-token list)."""
-    if compat != "seed":
+    if compat != NOTEBOOKS:
         return corrected_analysis(name, n_layers, states, token_sets, primary, reference, level, decode)
     views = {"all": states, "excl_pos0": states.select(states.position > 0)}
     rows, sets, per_set = [], {}, {}
@@ -289,7 +291,7 @@ def corrected_analysis(name: str, n_layers: int, states: TokenStates, token_sets
     the bell label hold without position 0, without massive tokens, without both and after the final norm."""
     if states.pre_norm is None:
         raise LayerscopeError(f"anisotropy, {name}: the token states hold no pre-norm final state; build them with "
-                              "engine.forward.tokens.token_states (or pass pre_norm), or use compat='seed'")
+                              "engine.forward.tokens.token_states (or pass pre_norm), or use compat='notebooks'")
     check_states(name, states, pre_norm=True)
     flags, flag_layers = massive_flags(states, n_layers)
     massive, flagged = massive_summary(flags, flag_layers, states, decode), flags.any(axis=0)

@@ -14,7 +14,7 @@ from .summary import AnisotropyModel, Bell, headline_set
 
 
 def claims(result: StudyResult) -> list[Verdict]:
-    """Two verdicts per model: the bell curve and L*; seed compat (or a result written before the default rules):
+    """Two verdicts per model: the bell curve and L*; notebooks mode (or a result written before the default rules):
     both "not assessable", the notebook's labels kept in the claims."""
     return each_model(result, "bell_verdict", model_claims, untested_claims)
 

@@ -4,7 +4,7 @@ key layers.
     figs = figures(result)   # {"anisotropy_profile": Figure, "eigenvalue_spectrum": Figure} (one model)
 
 Default mode: the profile's final point is the pre-norm state (a star), the post-norm state a hollow marker beside
-it, and the title states the bell verdict as computed. Seed compat: the notebook's figure and title.
+it, and the title states the bell verdict as computed. Notebooks mode: the notebook's figure and title.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def figures(result: StudyResult) -> dict[str, Figure]:
 
 
 def _title(model: str, s: AnisotropyModel) -> str:
-    """The notebook's title in seed compat; else the verdict as computed, L* and its driver."""
+    """The notebook's title in notebooks mode; else the verdict as computed, L* and its driver."""
     if "bell_verdict" not in s:
         return f"{model}: anisotropy profile (bell curve predicted, max at L*)"
     t = headline_set(s)

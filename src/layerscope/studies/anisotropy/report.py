@@ -1,7 +1,7 @@
 """Anisotropy report: L*, what drives it, the bell-curve test, the sensitivity checks, the reference match, and the
 outlier check.
 
-    text = report(result)   # seed compat: the notebook's sections; default: driver, sink, massive tokens, checks
+    text = report(result)   # notebooks mode: the notebook's sections; default: driver, sink, massive tokens, checks
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ STAGES = {"": "", "pre_norm": " (pre-norm)", "post_norm": " (post-norm)"}
 
 
 def report(result: StudyResult) -> str:
-    """The markdown report of an anisotropy result (seed compat or default)."""
+    """The markdown report of an anisotropy result (notebooks mode or default)."""
     out = ["# Anisotropy: how concentrated are token representations, layer by layer?", "",
            "Per layer, over every token state of every prompt: eigenvalues of the covariance (from the "
            "N x N Gram matrix; zero eigenvalues clipped at 1e-10 as in the notebook), their variance, "

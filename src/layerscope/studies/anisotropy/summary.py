@@ -1,5 +1,5 @@
 """What an anisotropy result's summary holds, key by key: ``result.summary`` is an :class:`AnisotropySummary`, each
-``result.summary["models"][name]`` an :class:`AnisotropyModel` (keys marked NotRequired are absent in seed compat).
+``result.summary["models"][name]`` an :class:`AnisotropyModel` (keys marked NotRequired are absent in notebooks mode).
 
     s: AnisotropyModel = result.summary["models"]["smollm2-135m"]
     headline_set(s)["l_star"]           # L* of the headline token set
@@ -11,7 +11,7 @@ from typing import NotRequired, TypedDict
 
 class Bell(TypedDict):
     """The bell-curve test of a top1_ratio profile around L*: :func:`analysis.bell_verdict` by default,
-    :func:`analysis.bell_test` (the notebook's rule, fewer keys) in seed compat."""
+    :func:`analysis.bell_test` (the notebook's rule, fewer keys) in notebooks mode."""
 
     is_bell_curve: bool  # a rise before L* and a fall from L* on (by default: each significant)
     phase1_slope: float | None  # least-squares slope per layer before L* (None: fewer than 2 layers)

@@ -24,6 +24,7 @@ from ...engine.atlas.sums import CONVENTIONS
 from ...engine.lenses.tuned_cache import resolve_lens
 from ...errors import short
 from ...measures.intrinsic import ESTIMATORS
+from ...modes import NOTEBOOKS
 from ...study.base import Study
 from ...study.config import StudyConfig
 from ...study.manifests import add_timings, manifest, model_entry
@@ -58,7 +59,7 @@ class AtlasSettings(Settings):
     texts: str | None = setting("Texts to measure: a text file, one per line (blank lines and '# ' lines skipped), "
                                 "or a languages .json file (every language's texts); default: the bundled pair "
                                 "statements and prompts.", file=True)
-    layers: str | list[int] | None = setting(f"{LAYERS_HELP} Default: all (seed with --compat seed).")
+    layers: str | list[int] | None = setting(f"{LAYERS_HELP} Default: all (notebooks with --compat notebooks).")
     max_tokens: int | None = setting("Measure only the first texts that fit in this many tokens together "
                                      "(default: every text).")
     boundary_resamples: int = setting("Bootstrap resamples of the texts behind each phase boundary's interval and "
@@ -93,7 +94,7 @@ class AtlasSettings(Settings):
 
     @by_compat
     def layer_spec(self, compat: str | None) -> str:
-        return self.layers or ("seed" if compat == "seed" else "all")
+        return self.layers or (NOTEBOOKS if compat == NOTEBOOKS else "all")
 
 
 @register_study

@@ -17,6 +17,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from ...engine.atlas.massive_profile import CLASSES
+from ...report.markdown import BITS_PER_NAT
 from ...report.plotting import figure, figure_slug
 from ...study.result import StudyResult
 from .summary import AtlasSummary
@@ -24,7 +25,7 @@ from .summary import AtlasSummary
 BREAKS_OF = {"prompt_entropy_normalised": "prompt_entropy", "dataset_entropy_normalised": "dataset_entropy"}
 """The boundary measure a panel's metric is (the others by the same name; lens_ce and lens_entropy have none)."""
 
-PANELS = [("lens_ce", "Logit lens: cross-entropy (nats)", False), ("lens_kl", "Logit lens: KL(final || lens)", True),
+PANELS = [("lens_ce", "Logit lens: cross-entropy", False), ("lens_kl", "Logit lens: KL(final || lens)", True),
           ("lens_top1_agree", "Logit lens: top-1 agreement", False), ("lens_entropy", "Logit lens: entropy", False),
           ("block_influence", "Block influence 1 - cos(h_l, h_l+1)", True),
           ("angular_distance", "Angular distance (last token)", False),
@@ -34,13 +35,16 @@ PANELS = [("lens_ce", "Logit lens: cross-entropy (nats)", False), ("lens_kl", "L
           ("dataset_entropy_normalised", "Dataset entropy (normalised)", False),
           ("massive_ratio", "Massive activation: top / median", True), ("norm", "Residual norm", True)]
 
-YLABELS = {"lens_ce": "cross-entropy (nats/token)", "lens_kl": "KL (nats/token)",
-           "lens_top1_agree": "agreement (fraction of tokens)", "lens_entropy": "entropy (nats)",
+YLABELS = {"lens_ce": "cross-entropy (bits/token)", "lens_kl": "KL (bits/token)",
+           "lens_top1_agree": "agreement (fraction of tokens)", "lens_entropy": "entropy (bits/token)",
            "block_influence": "1 - cosine", "angular_distance": "angular distance (fraction of pi)",
            "twonn_id": "intrinsic dimension", "top1_ratio": "share of variance",
            "prompt_entropy_normalised": "entropy / its maximum", "dataset_entropy_normalised": "entropy / its maximum",
            "massive_ratio": "ratio (top / median |activation|)", "norm": "L2 norm"}
 """Each panel's y-axis label, with its unit."""
+
+IN_NATS = ("lens_ce", "lens_kl", "lens_entropy")
+"""Panels whose table values are nats per token (and their ``tuned_`` twins): drawn in bits per token."""
 
 
 def figures(result: StudyResult) -> dict[str, Figure]:
@@ -68,6 +72,7 @@ def profiles(table: pd.DataFrame, summary: AtlasSummary, colors: dict) -> Figure
     for ax, (metric, title, log) in zip(axes.flat, PANELS, strict=True):
         for model, s in summary["models"].items():
             n = s["n_layers"]
+            scale = BITS_PER_NAT if metric in IN_NATS else 1.0  # the table's nats, drawn in bits
             rows = table[(table["model"] == model) & (table["metric"] == metric)]
             if "tokens" in rows:
                 main = rows[rows["tokens"].isna() | (rows["tokens"] == "all")]
@@ -75,14 +80,14 @@ def profiles(table: pd.DataFrame, summary: AtlasSummary, colors: dict) -> Figure
             else:
                 main, extra = rows, rows.iloc[:0]
             main = main.sort_values("layer")
-            ax.plot(main["layer"] / n, main["value"], "-o", markersize=3, color=colors[model], label=model)
+            ax.plot(main["layer"] / n, main["value"] * scale, "-o", markersize=3, color=colors[model], label=model)
             if len(extra):
                 extra = extra.sort_values("layer")
-                ax.plot(extra["layer"] / n, extra["value"], "--", color=colors[model], alpha=0.7,
+                ax.plot(extra["layer"] / n, extra["value"] * scale, "--", color=colors[model], alpha=0.7,
                         label=f"{model}, without massive tokens")
             tuned = table[(table["model"] == model) & (table["metric"] == f"tuned_{metric}")].sort_values("layer")
             if len(tuned):
-                ax.plot(tuned["layer"] / n, tuned["value"], "--s", markersize=3, color=colors[model], alpha=0.8,
+                ax.plot(tuned["layer"] / n, tuned["value"] * scale, "--s", markersize=3, color=colors[model], alpha=0.8,
                         label=f"{model}, tuned lens")
             marks(ax, s, BREAKS_OF.get(metric, metric), colors[model])
             for b in s["boundaries"]["thirds"]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...report.markdown import md_table, md_text, number
+from ...report.markdown import bits, md_table, md_text, number
 from ...study.result import StudyResult
 from .boundaries import FAMILIES, VARIANTS
 from .summary import AtlasModel, AtlasSummary, Boundaries
@@ -22,6 +22,9 @@ NAMES = {"lens_kl": "logit-lens KL", "lens_top1_agree": "logit-lens top-1 agreem
          "dataset_entropy": "dataset entropy", "massive_ratio": "massive ratio (log)", "norm": "norm (log)",
          "top1_ratio": "covariance top-1 share", "tuned_lens_kl": "tuned-lens KL",
          "tuned_lens_top1_agree": "tuned-lens top-1 agreement"}
+
+IN_NATS = {"lens_ce", "lens_kl", "tuned_lens_ce", "tuned_lens_kl"}
+"""Landmarks the table holds in nats per token; the report shows them in bits per token."""
 
 LANDMARKS = ["lens_ce", "lens_kl", "lens_top1_agree", "tuned_lens_ce", "tuned_lens_kl", "tuned_lens_top1_agree",
              "block_influence", "angular_distance", "twonn_id",
@@ -112,7 +115,10 @@ def model_section(table: pd.DataFrame, model: str, s: AtlasModel) -> list[str]:
         rows = rows[rows["tokens"].isna() | (rows["tokens"] == "all")]
     wide = rows.pivot_table(index="layer", columns="metric", values="value", aggfunc="first")
     wide = wide.reindex(columns=[m for m in LANDMARKS if m in wide.columns])
-    out += [md_table(["layer", *wide.columns], [[layer, *(number(v) for v in values)]
+    for metric in IN_NATS & set(wide.columns):  # the table's nats, shown in bits per token
+        wide[metric] = bits(wide[metric])
+    headers = [f"{m} (bits/token)" if m in IN_NATS else m for m in wide.columns]
+    out += [md_table(["layer", *headers], [[layer, *(number(v) for v in values)]
                                                 for layer, values in zip(wide.index, wide.to_numpy(), strict=True)]),
             ""]
     return out

@@ -64,13 +64,13 @@ class Divergence(Study):
     verdicts = staticmethod(study_claims)
 
     def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
-        """r(UA, preference) per pooling at the headline layer (the last tested one; seed compat: the final one)."""
+        """r(UA, preference) per pooling at the headline layer (the last tested one; notebooks mode: the final one)."""
         s: DivergenceModel = result.summary["models"][model]
         return {f"final_r_{c['pooling']}": c["r"] for c in s["pooling_comparison"]}
 
     def headline(self, result: StudyResult) -> list[str]:
         """One line per model: the mean-pooling verdict at the last tested layer, the divergence points, the
-        robustness to the sensitivity checks and the small-n caveat (seed compat: the notebook's line)."""
+        robustness to the sensitivity checks and the small-n caveat (notebooks mode: the notebook's line)."""
         summary: DivergenceSummary = result.summary
         return [headline_line(model, s) if "checks" in s else seed_line(model, s)
                 for model, s in summary["models"].items()]

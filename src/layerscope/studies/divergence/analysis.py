@@ -12,7 +12,7 @@ Fisher-z interval, a Benjamini-Hochberg q over the tested layers, a Spearman rho
 preference (length control). A label (ALIGNED, ...) is printed only where q < 1 - level; a category with leverage
 replaces the Fisher-z interval by the leave-one-out range; sign changes are divergence points only where the two r
 differ significantly; and the headline is recomputed under the sensitivity checks (:mod:`.checks`).
-``compat="seed"`` writes r and p only, post-norm, with the notebook's labels and final layer, as the notebook does.
+``compat="notebooks"`` writes r and p only, post-norm, with the notebook's labels and final layer, as the notebook does.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...engine.forward.pooling import POOLINGS
+from ...modes import NOTEBOOKS
 from ...report.markdown import number, signed
 from ...stats import dependent_r_test, pearson, sign_changes
 from ...study.finite import check_rows, check_values, defined
@@ -61,7 +62,7 @@ def sign_summary(layers: list[int], rs: list[float]) -> tuple[list[SignChange], 
 
 
 def pooling_effect(r_mean: float | None, r_last: float | None) -> str:
-    """The notebook's rule (seed compat): last vs mean pooling differ when their r differ by more than 0.2."""
+    """The notebook's rule (notebooks mode): last vs mean pooling differ when their r differ by more than 0.2."""
     if r_mean is None or r_last is None:
         return "Undefined: the final-layer r of mean or last pooling is undefined."
     if r_last > r_mean + 0.2:
@@ -120,7 +121,7 @@ def analyse_model(run: PairRun, layers: list[int], compat: str | None = None, le
     from .checks import add_checks
 
     sig = Significance(compat, level, seed, n_permutations)
-    seed_mode = compat == "seed"
+    seed_mode = compat == NOTEBOOKS
     if not seed_mode:
         run = run.at_stage("pre_norm")
     summary, rows, arrays = analyse_subset(run, layers, sig)
@@ -149,11 +150,11 @@ def analyse_subset(run: PairRun, layers: list[int], sig: Significance
                    ) -> tuple[DivergenceModel, list[dict], tuple[dict[str, np.ndarray], np.ndarray]]:
     """Summary, rows and ``({pooling: UA (n_cat, len(layers))}, pref (n_cat,))`` of one model on the pairs of
     ``run``: per pooling the r profile, its sign changes and the verdict at the headline layer (the last tested one;
-    seed compat: the final layer, tested or not), and by default the controls (rho, summed preference)."""
+    notebooks mode: the final layer, tested or not), and by default the controls (rho, summed preference)."""
     info, pairs, level = run.info, run.pairs, sig.level
     cats, n_cat, names = pairs.pair_categories(), len(pairs.categories), [c.name for c in pairs.categories]
     pref = category_pref(run.pref, cats, n_cat)
-    final, seed_mode = info.n_layers, sig.compat == "seed"
+    final, seed_mode = info.n_layers, sig.compat == NOTEBOOKS
     columns, head = (sorted({*layers, final}), final) if seed_mode else (list(layers), max(layers))
     rows = [{"model": info.name, "metric": "pref", "value": pref[c], "n": int((cats == c).sum()),
              "category": cat.name} for c, cat in enumerate(pairs.categories)]

@@ -6,15 +6,16 @@ the headline layer (the last tested one), with its interval, q and the sensitivi
 
 from __future__ import annotations
 
+from ...modes import NOTEBOOKS
 from ...study.result import StudyResult
 from ...study.verdicts import NOT_ASSESSABLE, Verdict, flipped, key_text, seed_claim, status_of
 from .summary import DivergenceModel, DivergenceSummary, headline_entry
 
 
 def claims(result: StudyResult) -> list[Verdict]:
-    """One verdict per model (seed compat, or a result written before the tests: "not assessable", the notebook's
+    """One verdict per model (notebooks mode, or a result written before the tests: "not assessable", the notebook's
     label kept in the claim)."""
-    seed = result.config.get("compat") == "seed"
+    seed = result.config.get("compat") == NOTEBOOKS
     summary: DivergenceSummary = result.summary
     return [model_claim(result.study, model, s, seed) for model, s in summary["models"].items()]
 

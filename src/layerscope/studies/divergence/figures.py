@@ -1,5 +1,5 @@
 """Divergence figures: the r(UA, preference) layer curve per pooling with its interval band (where the table
-has ``ci_lo``, ``ci_hi``: none in seed compat) and its sign changes, the final layer after the model's final
+has ``ci_lo``, ``ci_hi``: none in notebooks mode) and its sign changes, the final layer after the model's final
 norm as a hollow marker (where the table has ``stage`` rows), and the pooling comparison at the final layer.
 
     figs = figures(result)     # {"divergence": Figure}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ...engine.forward.pooling import POOLINGS
+from ...modes import NOTEBOOKS
 from ...report.markdown import md_table, md_text, method_line, number, signed
 from ...study.result import StudyResult
 from ..shared.caveats import legend_lines, warning_lines
@@ -64,8 +65,8 @@ def report(result: StudyResult) -> str:
 
 
 def verdict_legend(config: dict) -> list[str]:
-    """What the default verdicts mean (none in seed compat)."""
-    if config.get("compat") == "seed":
+    """What the default verdicts mean (none in notebooks mode)."""
+    if config.get("compat") == NOTEBOOKS:
         return []
     level = config.get("ci_level", 0.95)
     return [f"- label (ALIGNED, INVERSE, ...): the notebook's thresholds on r, printed only where q < {1 - level:.2g}; "

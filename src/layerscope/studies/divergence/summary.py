@@ -30,7 +30,7 @@ class PoolingVerdict(TypedDict):
     """One pooling's r(UA, pref) at the headline layer: an entry of ``pooling_comparison``."""
 
     pooling: str  # "mean", "last" or "first"
-    layer: int  # the headline layer (last tested; seed compat: the final layer)
+    layer: int  # the headline layer (last tested; notebooks mode: the final layer)
     stage: NotRequired[str]  # "pre_norm" when layer is the final layer taken before the final norm
     r: float | None  # Pearson r over categories (None where undefined)
     p: float | None  # its t-test p
@@ -43,7 +43,7 @@ class PoolingVerdict(TypedDict):
     interval: NotRequired[str]  # "Fisher-z", or "leave-one-out range" when a category has leverage
     ci_lo: NotRequired[float | None]  # the headline interval's lower end (of the kind in interval)
     ci_hi: NotRequired[float | None]  # its upper end
-    label: str  # the verdict: the notebook's label when significant (seed compat: always), else why not
+    label: str  # the verdict: the notebook's label when significant (notebooks mode: always), else why not
 
 
 class PoolingTest(TypedDict):
@@ -63,7 +63,7 @@ class WithoutCategory(TypedDict):
     category: str  # the category left out
     n_categories: int  # categories left
     final_r: dict[str, float | None]  # r at the headline layer, by pooling
-    divergence_points: list[SignChange]  # mean pooling's divergence points (seed compat: its sign changes)
+    divergence_points: list[SignChange]  # mean pooling's divergence points (notebooks mode: its sign changes)
     sign_throughout: str | None  # "positive", "negative", "unclear" or "undefined" when r never changes sign
     layer: NotRequired[int]  # the headline layer
     label: NotRequired[str]  # mean pooling's verdict there
@@ -111,7 +111,7 @@ class DivergenceModel(TypedDict):
     n_categories: int  # categories r runs over
     categories: list[str]  # their names
     pooling_comparison: list[PoolingVerdict]  # per pooling, in POOLINGS order: the verdict at the headline layer
-    divergence_points: dict[str, list[SignChange]]  # by pooling: significant sign changes (seed compat: all)
+    divergence_points: dict[str, list[SignChange]]  # by pooling: significant sign changes (notebooks mode: all)
     sign_throughout: dict[str, str | None]  # by pooling: the sign r keeps when it never changes (else None)
     pooling_effect: str  # whether last and mean pooling differ, in a sentence
     headline_layer: NotRequired[int]  # the last tested layer

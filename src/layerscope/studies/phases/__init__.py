@@ -15,6 +15,7 @@ from pathlib import Path
 from ...data import PairDataset
 from ...data.reference import THIS_RUN, load_phase_reference, mark_comparable
 from ...errors import short
+from ...modes import NOTEBOOKS
 from ...report.markdown import signed
 from ...study.base import Study
 from ...study.config import StudyConfig
@@ -52,7 +53,7 @@ class PhasesSettings(PairSettings):
                                     "figures the phases notebook quotes.", file=True)
     centroids: str | None = setting("'loo' (each pair is compared with centroids of the other pairs) or 'self' (the "
                                     "notebooks' centroids, which include the pair itself). The report shows both. "
-                                    "Default: loo (seed compat: self).")
+                                    "Default: loo (notebooks mode: self).")
     drop_category: str | None = setting("Also analyse the pairs without this category, beside the full results "
                                         "(e.g. numeric_vs_named, which can flip a 6-point r).")
 
@@ -65,7 +66,7 @@ class PhasesSettings(PairSettings):
 
     @by_compat
     def centroid_mode(self, compat: str | None) -> str:
-        return self.centroids or ("self" if compat == "seed" else "loo")
+        return self.centroids or ("self" if compat == NOTEBOOKS else "loo")
 
 
 @register_study
@@ -113,15 +114,15 @@ class Phases(Study):
 
     def headline(self, result: StudyResult) -> list[str]:
         """Per model: the pattern (or why there is none) with the phase means and their intervals, the late-layer
-        verdict naming its layer, robustness and the small-n caveat; seed compat: the notebook's labels."""
-        seed = result.config.get("compat") == "seed"
+        verdict naming its layer, robustness and the small-n caveat; notebooks mode: the notebook's labels."""
+        seed = result.config.get("compat") == NOTEBOOKS
         summary: PhasesSummary = result.summary
         return [headline_line(model, s, seed) for model, s in summary["models"].items()]
 
 
 def headline_line(model: str, s: PhasesModel, seed: bool = False) -> str:
     """One model's console line (see :meth:`Phases.headline`)."""
-    if "late_label" not in s:  # seed compat, or a result written before the interval rule
+    if "late_label" not in s:  # notebooks mode, or a result written before the interval rule
         rule = " [the notebook's rule]" if seed else ""
         return (f"{model}: {s['pattern']} (early {signed(s['phases']['early']['mean'], 2)}, mid "
                 f"{signed(s['phases']['mid']['mean'], 2)}, late {signed(s['phases']['late']['mean'], 2)}); "
@@ -153,12 +154,12 @@ def short_robustness(checks: list[PhasesCheck]) -> str:
 def comparison(reference: list[dict], summaries: dict[str, PhasesModel], pairs: PairDataset,
                compat: str | None = None) -> list[ComparisonRow]:
     """The reference rows and one row per model of this run. By default every row carries how it was computed
-    (``data``, ``layers``, ``token_rule``) and its ``comparability`` with this run's first model; seed compat:
+    (``data``, ``layers``, ``token_rule``) and its ``comparability`` with this run's first model; notebooks mode:
     model, source and the three means, as the notebook prints them."""
     def means(s: PhasesModel) -> PhaseValues:
         return {phase: s["phases"][phase]["mean"] for phase in PHASES}
 
-    if compat == "seed":
+    if compat == NOTEBOOKS:
         return [{key: row[key] for key in ("model", "source", *PHASES)} for row in reference] + [
             {"model": model, "source": THIS_RUN, **means(s)} for model, s in summaries.items()]
     data = f"{Path(pairs.source).name} ({pairs.n_pairs} pairs, sha256 {pairs.hash[:12]})"

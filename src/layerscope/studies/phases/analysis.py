@@ -11,7 +11,7 @@ sensitivity checks.
 
 By default the final layer (hidden state ``n_layers``) is the last block's output before the final norm, a layer
 is significant when its q (Benjamini-Hochberg over the tested layers of the permutation p) is below 1 - level,
-and a pattern is named only when the phase intervals clear its thresholds. ``compat="seed"`` keeps the
+and a pattern is named only when the phase intervals clear its thresholds. ``compat="notebooks"`` keeps the
 notebook's post-norm last layer, self-including centroids, percentile bootstrap, "CI excludes 0" and its rule
 on the bare phase means (:func:`pattern`, :func:`late_inversion`).
 """
@@ -26,6 +26,7 @@ import numpy as np
 
 from ...measures.changepoints import thirds as phase_split  # tested layers in thirds, as the notebook
 from ...measures.geometry import centroid_asymmetry
+from ...modes import NOTEBOOKS
 from ...progress import steps
 from ...report.markdown import number, signed
 from ...stats import bca_pearson_ci, bootstrap_pearson, pearson, percentile_ci, resample_indices
@@ -51,7 +52,7 @@ PATTERNS = {
     "NO_PATTERN": "no pattern (intervals cross the thresholds)",
     "NOT_ASSESSABLE": "not assessable",
 }
-"""Labels: the first five are the notebook's rule (seed compat), the last two the default mode's."""
+"""Labels: the first five are the notebook's rule (notebooks mode), the last two the default mode's."""
 EARLY_ABOVE, LATE_BELOW, DECOUPLED_WITHIN, MIN_PHASE_LAYERS = 0.1, -0.1, 0.15, 2
 THRESHOLDS = {"early": (EARLY_ABOVE, -DECOUPLED_WITHIN, DECOUPLED_WITHIN), "mid": (-DECOUPLED_WITHIN, DECOUPLED_WITHIN),
               "late": (LATE_BELOW, -DECOUPLED_WITHIN, DECOUPLED_WITHIN), "late - early": (0.0,)}
@@ -64,7 +65,7 @@ means and verdicts leave such layers out, and :func:`verdicts` checks the inputs
 
 
 def pattern(early: float, mid: float, late: float) -> str:
-    """The notebook's rule (seed compat), on the bare means: PYTHIA_PATTERN: early > 0.1 and late < -0.1;
+    """The notebook's rule (notebooks mode), on the bare means: PYTHIA_PATTERN: early > 0.1 and late < -0.1;
     LATE_INVERSION: late < -0.1; DECOUPLED: all three |mean| < 0.15; else OTHER."""
     if early > 0.1 and late < -0.1:
         return "PYTHIA_PATTERN"
@@ -76,7 +77,7 @@ def pattern(early: float, mid: float, late: float) -> str:
 
 
 def late_inversion(final_r: float | None, final_significant: bool) -> str:
-    """The notebook's rule (seed compat) on the last tested layer's r and its "CI excludes 0"."""
+    """The notebook's rule (notebooks mode) on the last tested layer's r and its "CI excludes 0"."""
     if final_r is None:
         return "UNDETERMINED: the final-layer r is undefined"
     if final_r < -0.1 and final_significant:
@@ -162,7 +163,7 @@ def phase_summary(layers: list[int], profile: list[dict], x: np.ndarray, y: np.n
 
 @dataclass(frozen=True)
 class Method:
-    """How each layer's r is tested: ``Method(compat="seed")`` is the notebook's way."""
+    """How each layer's r is tested: ``Method(compat="notebooks")`` is the notebook's way."""
 
     n_bootstrap: int = 10_000
     level: float = 0.95
@@ -180,12 +181,12 @@ class Method:
 
     @property
     def seed_compat(self) -> bool:
-        return self.compat == "seed"
+        return self.compat == NOTEBOOKS
 
 
 def layer_profile(x: np.ndarray, y: np.ndarray, n_bootstrap: int, level: float,
                   rng: np.random.RandomState) -> list[dict]:
-    """Seed compat: per column of ``x`` (n, n_tested), Pearson r with ``y`` (``value``), its p and a percentile
+    """Notebooks mode: per column of ``x`` (n, n_tested), Pearson r with ``y`` (``value``), its p and a percentile
     bootstrap CI; significant when the CI excludes 0.
 
     Fresh resamples per layer in order, exactly as the notebook's loop consumes its global seed.
@@ -221,7 +222,7 @@ def analyse_model(run: PairRun, layers: list[int], pooling: str, n_bootstrap: in
     """:func:`analyse` with each setting of the :class:`Method` by hand; ``centroids`` defaults to 'self' in seed
     compat, else 'loo'."""
     method = Method(n_bootstrap=n_bootstrap, level=level, seed=seed, compat=compat, n_permutations=n_permutations,
-                    centroids=centroids or ("self" if compat == "seed" else "loo"))
+                    centroids=centroids or ("self" if compat == NOTEBOOKS else "loo"))
     return analyse(run, layers, pooling, method, drop_category)
 
 

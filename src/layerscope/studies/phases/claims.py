@@ -21,7 +21,7 @@ PATTERN = "phase pattern (PYTHIA_PATTERN, LATE_INVERSION or DECOUPLED)"
 
 
 def claims(result: StudyResult) -> list[Verdict]:
-    """Two verdicts per model; seed compat (or a result written before the interval rule): both "not assessable",
+    """Two verdicts per model; notebooks mode (or a result written before the interval rule): both "not assessable",
     the notebook's labels kept in the claims."""
     return each_model(result, "late_label", model_claims, untested_claims)
 

@@ -1,5 +1,5 @@
 """Phases figure: r per layer with its bootstrap (BCa) interval as a band (as error bars, the notebook's
-figure, in seed compat), significant layers starred (q < 1 - level by default, CI excludes 0 in seed compat),
+figure, in notebooks mode), significant layers starred (q < 1 - level by default, CI excludes 0 in notebooks mode),
 and the final layer after the model's final norm as a hollow marker where the table has ``stage`` rows.
 
     figs = figures(result)     # {"phases": Figure}
@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
+from ...modes import NOTEBOOKS
 from ...report.plotting import COLORS, MARKERS, after_norm_marker, band, figure, interval_label, split_stage, zero_line
 from ...study.result import StudyResult
 from ..shared.inputs import PROFILE_SUBSETS as SUBSETS
@@ -24,7 +25,7 @@ def figures(result: StudyResult) -> dict[str, Figure]:
     summary: PhasesSummary = result.summary
     models = list(summary["models"])
     offsets = np.linspace(-0.15, 0.15, len(models)) if len(models) > 1 else [0.0]
-    seed = result.config.get("compat") == "seed"
+    seed = result.config.get("compat") == NOTEBOOKS
     band_label, norm_label = interval_label(result.config), True
     for m, model in enumerate(models):
         rows, after = split_stage(table[table["model"] == model].sort_values("layer"), SUBSETS)
@@ -53,7 +54,7 @@ def figures(result: StudyResult) -> dict[str, Figure]:
 
 
 def significance_label(result: StudyResult) -> str:
-    """The legend entry of the stars: ``"q < 0.05"`` by default, ``"CI excludes 0"`` in seed compat."""
-    if result.config.get("compat") == "seed":
+    """The legend entry of the stars: ``"q < 0.05"`` by default, ``"CI excludes 0"`` in notebooks mode."""
+    if result.config.get("compat") == NOTEBOOKS:
         return "CI excludes 0"
     return f"q < {1 - result.config.get('ci_level', 0.95):.2g}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ...modes import NOTEBOOKS
 from ...report.markdown import md_table, md_text, method_line, number, signed
 from ...study.result import StudyResult
 from ..shared.caveats import legend_lines, warning_lines
@@ -31,7 +32,7 @@ CENTROIDS = {"loo": "the centroids of the other pairs (leave-one-out)",
 
 def report(result: StudyResult) -> str:
     """``text = report(result)``: the markdown report of a phases result."""
-    seed = result.config.get("compat") == "seed"
+    seed = result.config.get("compat") == NOTEBOOKS
     rule = ("with a percentile bootstrap confidence interval. A layer is significant when its interval excludes 0."
             if seed else "with a BCa bootstrap confidence interval (pairs resampled together). A layer is "
             "significant when its q is below 1 - confidence level.")

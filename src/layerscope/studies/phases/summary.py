@@ -1,5 +1,5 @@
 """What a phases result's summary holds, key by key: ``result.summary`` is a :class:`PhasesSummary`, each
-``result.summary["models"][name]`` a :class:`PhasesModel` (keys marked NotRequired are absent in seed compat, or
+``result.summary["models"][name]`` a :class:`PhasesModel` (keys marked NotRequired are absent in notebooks mode, or
 without ``--drop-category``).
 
     s: PhasesModel = result.summary["models"]["smollm2-135m"]
@@ -93,7 +93,7 @@ class PhasesModel(TypedDict):
     n_bootstrap: int  # bootstrap resamples behind every interval
     ci_level: float  # the intervals' confidence level
     centroids: str  # "loo" (leave-one-out centroids) or "self" (the notebooks')
-    significance: str  # how a layer is judged: "q" (q < 1 - level) or "ci" (seed compat: the CI excludes 0)
+    significance: str  # how a layer is judged: "q" (q < 1 - level) or "ci" (notebooks mode: the CI excludes 0)
     phases: PhaseMeans  # early, mid and late: their layers and mean r
     final_layer: int  # the last tested layer
     final_r: float | None  # r there (None where undefined)

@@ -55,7 +55,7 @@ class ProbeSettings(Settings):
                                    "in-sample, for checking by hand).", default=0.5)
     steer_pairs: int = setting("At most this many held-out pairs or groups per contrast (0: every one).", default=0)
     steer_every: int = setting("Test causally at states 0, k, 2k, ... and the last (1: every state; the default "
-                               "keeps the study within about 6 minutes on a 2-core CPU; on a GPU use 1).", default=10)
+                               "keeps the study to minutes on a CPU; on a GPU use 1).", default=10)
     include_pos0: bool = setting("Removal and steering change position 0 too (default: left alone; it holds the "
                                  "attention sink, and editing a state of norm 20,000 there makes a new model).",
                                  default=False)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...modes import NOTEBOOKS
 from ...study.base import Study
 from ...study.config import StudyConfig
 from ...study.registry import register_study
@@ -56,13 +57,13 @@ class Scaling(Study):
         return {"subset": "all", "pooling": config.pooling}
 
     def sweep_summary(self, config: StudyConfig, numbers: list[dict[str, float]]) -> dict | None:
-        """Whether the peak depth moves across the swept models: the notebooks' rule in seed compat, else
+        """Whether the peak depth moves across the swept models: the notebooks' rule in notebooks mode, else
         descriptive only (a sweep's numbers carry no peak significance; each task's report has the verdict)."""
         peaks = [n["peak_depth_pct"] for n in numbers]
         if not peaks:
             return {"peak_stability": None}
         stability = peak_stability(peaks)
-        if config.compat != "seed" and stability["std_peak_pct"] is not None:
+        if config.compat != NOTEBOOKS and stability["std_peak_pct"] is not None:
             stability["peaks_stable"] = None
             stability["answer"] = (f"Descriptive only: the {len(peaks)} peak depths have mean "
                                    f"{stability['mean_peak_pct']:.0f}% and standard deviation "
@@ -75,7 +76,7 @@ class Scaling(Study):
         models, rows, manifest = analyse_pairs(config, pairs, lambda run: analyse_model(
             run, run.layers, config.pooling, compat=config.compat, level=config.ci_level, seed=config.seed,
             n_permutations=config.n_permutations))
-        seed = config.compat == "seed"  # the notebooks' rule: population std of the peak depths < 10 points
+        seed = config.compat == NOTEBOOKS  # the notebooks' rule: population std of the peak depths < 10 points
         stability = peak_stability([m["max_pos_pct"] for m in models.values()]) if seed else peak_verdict(models)
         summary: ScalingSummary = {"pooling": config.pooling, "models": models, "peak_stability": stability,
                                    "warnings": category_warnings(self.name, pairs)}
@@ -97,7 +98,7 @@ class Scaling(Study):
         """The verdict with its reason, robustness and caveats; then each model's peak with its q."""
         s: ScalingSummary = result.summary
         stability = s["peak_stability"]
-        if "verdict" not in stability:  # seed compat (the notebooks' rule), or a result written before verdicts
+        if "verdict" not in stability:  # notebooks mode (the notebooks' rule), or a result written before verdicts
             peaks = ", ".join(f"{model} {m['max_pos_pct']:.0f}%" for model, m in s["models"].items())
             return [f"{stability['answer']} Peak depth: {peaks}."]
         notes = [robustness(stability["checks"]), *caveats(s)]

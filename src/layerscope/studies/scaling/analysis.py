@@ -4,7 +4,7 @@ depth axis, and whether its peak moves with model size.
     summary, rows = analyse_model(run, run.layers, "mean")   # one model (a ScalingModel): profile, peak, checks
     stability = peak_verdict(summaries)                      # STABLE / SHIFTS / not assessable, with the reason
     r_tests, rho_tests = profile(run, layers, "mean")        # per tested layer: r ("value"), p, p_perm, CI, q
-    peak_stability([s["max_pos_pct"] for s in ...])          # the notebooks' rule (seed compat, sweeps)
+    peak_stability([s["max_pos_pct"] for s in ...])          # the notebooks' rule (notebooks mode, sweeps)
 
 By default the final layer is the last block's output before the final norm (``run.at_stage("pre_norm")``), the
 peak search leaves out the embedding layer, a peak counts only when its r is positive and significant (BH q over
@@ -18,6 +18,7 @@ from collections import defaultdict
 import numpy as np
 
 from ...errors import LayerscopeError
+from ...modes import NOTEBOOKS
 from ...report.markdown import number, signed
 from ...stats import sign_changes
 from ...study.finite import check_values, defined
@@ -63,7 +64,7 @@ def profile(run: PairRun, layers: list[int], pooling: str, sig: Significance | N
     """Category UA vs category preference at each tested layer: (r tests, rho tests), one dict per layer.
 
     r tests hold r as ``value`` and its ``p``; by default also ``p_perm``, the Fisher-z ``ci_lo``, ``ci_hi``,
-    ``q`` (BH over the layers) and ``significant``. rho tests (none in seed compat) hold rho, p, q, significant.
+    ``q`` (BH over the layers) and ``significant``. rho tests (none in notebooks mode) hold rho, p, q, significant.
     """
     ua, pref = category_inputs(run, layers, pooling)
     return profile_tests(ua, pref, sig or Significance())
@@ -72,7 +73,7 @@ def profile(run: PairRun, layers: list[int], pooling: str, sig: Significance | N
 def profile_tests(ua: np.ndarray, pref: np.ndarray, sig: Significance) -> tuple[list[dict], list[dict]]:
     """:func:`profile` on given ``ua`` (n_cat, k) and ``pref`` (n_cat,)."""
     r_tests = category_tests(ua, pref, sig)
-    if sig.compat == "seed":
+    if sig.compat == NOTEBOOKS:
         return r_tests, []
     return add_q(r_tests, "p_perm", sig.level), add_q(spearman_tests(ua, pref), "p", sig.level)
 
@@ -85,10 +86,10 @@ def analyse_model(run: PairRun, layers: list[int], pooling: str, compat: str | N
     holds the peak's q, interval and significance, the family, the significant sign changes and the flips within
     noise, and ``checks`` / ``robustness``: the peak recomputed under each of :func:`check_runs` (rows with
     ``subset`` = the check's name; the after-the-final-norm check writes only its layer n_layers rows).
-    ``compat="seed"``: the notebook's profile of the post-norm run, r and p only. ``compat``, ``level``, ``seed``
+    ``compat="notebooks"``: the notebook's profile of the post-norm run, r and p only. ``compat``, ``level``, ``seed``
     and ``n_permutations``: how each r is tested (:class:`~..correlation.Significance`).
     """
-    if compat == "seed":
+    if compat == NOTEBOOKS:
         return seed_model(run, layers, pooling)
     run = run.at_stage("pre_norm")
     sig = Significance(compat, level, seed, n_permutations)
@@ -108,7 +109,7 @@ def analyse_model(run: PairRun, layers: list[int], pooling: str, compat: str | N
 def seed_model(run: PairRun, layers: list[int], pooling: str) -> tuple[ScalingModel, list[dict]]:
     """The notebook's analysis of one model: r and p per tested layer, the landmarks of the profile."""
     info, n_cat = run.info, len(run.pairs.categories)
-    r_tests, _ = profile(run, layers, pooling, Significance(compat="seed"))
+    r_tests, _ = profile(run, layers, pooling, Significance(compat=NOTEBOOKS))
     rows = [layer_row(info.name, layer, info.n_layers, "r_ua_pref", pooling=pooling, n=n_cat, **test)
             for layer, test in zip(layers, r_tests, strict=False)]
     return profile_summary(layers, [test["value"] for test in r_tests], info.n_layers), rows
@@ -209,7 +210,7 @@ def profile_summary(layers: list[int], rs: list[float], n_layers: int, exclude: 
 
 
 def peak_stability(peak_pcts: list[float]) -> SeedStability:
-    """The notebooks' rule (seed compat, sweeps): mean and population std of the peak depths; stable when
+    """The notebooks' rule (notebooks mode, sweeps): mean and population std of the peak depths; stable when
     std < 10 points."""
     if len(peak_pcts) < 2:
         return {"mean_peak_pct": float(np.mean(peak_pcts)), "std_peak_pct": None, "peaks_stable": None,

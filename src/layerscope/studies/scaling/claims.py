@@ -6,6 +6,7 @@ across model sizes (one row for the run), and each model's peak with its interva
 
 from __future__ import annotations
 
+from ...modes import NOTEBOOKS
 from ...study.result import StudyResult
 from ...study.verdicts import NOT_ASSESSABLE, Verdict, flipped, key_text, seed_claim, status_of
 from .summary import PeakVerdict, ScalingModel, ScalingSummary, SeedStability
@@ -15,10 +16,10 @@ LABELS = ("STABLE", "SHIFTS")
 
 
 def claims(result: StudyResult) -> list[Verdict]:
-    """The stability verdict, then one peak per model; seed compat (or a result written before the tests): every
+    """The stability verdict, then one peak per model; notebooks mode (or a result written before the tests): every
     row "not assessable", the notebook's answer kept in the claim."""
     summary: ScalingSummary = result.summary
-    seed = result.config.get("compat") == "seed"
+    seed = result.config.get("compat") == NOTEBOOKS
     stability = summary["peak_stability"]
     models = ", ".join(summary["models"])
     if seed or "verdict" not in stability:

@@ -1,5 +1,5 @@
 """Scaling figure: each model's r(UA, preference) profile by absolute layer and by % depth, with its interval
-band where the table has ``ci_lo``, ``ci_hi`` (none in seed compat) and the final layer after the model's final
+band where the table has ``ci_lo``, ``ci_hi`` (none in notebooks mode) and the final layer after the model's final
 norm as a hollow marker where the table has ``stage`` rows.
 
     figs = figures(result)     # {"scaling": Figure}

@@ -1,7 +1,7 @@
 """Scaling report: each model's profile landmarks, its peak with q and the sensitivity checks, and the answer to
 "does the peak shift?" with the reason when it cannot be assessed.
 
-    text = report(result)     # markdown; seed compat (and results written before verdicts) as the notebooks
+    text = report(result)     # markdown; notebooks mode (and results written before verdicts) as the notebooks
 """
 
 from __future__ import annotations

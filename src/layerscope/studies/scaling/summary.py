@@ -1,5 +1,5 @@
 """What a scaling result's summary holds, key by key: ``result.summary`` is a :class:`ScalingSummary`, each
-``result.summary["models"][name]`` a :class:`ScalingModel` (keys marked NotRequired are absent in seed compat).
+``result.summary["models"][name]`` a :class:`ScalingModel` (keys marked NotRequired are absent in notebooks mode).
 
     s: ScalingSummary = result.summary
     s["models"]["smollm2-135m"]["max_pos_pct"]     # the peak's depth, % of the layers
@@ -111,7 +111,7 @@ class PeakVerdict(TypedDict):
 
 
 class SeedStability(TypedDict):
-    """The notebooks' rule (seed compat, sweeps: :func:`analysis.peak_stability`)."""
+    """The notebooks' rule (notebooks mode, sweeps: :func:`analysis.peak_stability`)."""
 
     mean_peak_pct: float  # mean peak depth, % of the layers
     std_peak_pct: float | None  # population standard deviation, points (None for one model)
@@ -124,7 +124,7 @@ class ScalingSummary(TypedDict):
 
     pooling: str  # the pooling of every profile
     models: dict[str, ScalingModel]  # by model name
-    peak_stability: PeakVerdict | SeedStability  # SeedStability in seed compat
+    peak_stability: PeakVerdict | SeedStability  # SeedStability in notebooks mode
     warnings: list[str]  # small-n warnings
     n_categories: NotRequired[int]  # categories r runs over (default mode)
     stage: NotRequired[str]  # "pre_norm": what the final layer holds

@@ -17,6 +17,7 @@ import numpy as np
 from ...data import PairDataset, load_pairs
 from ...data.pairs import CATEGORY_RULE, MIN_CATEGORIES, check_categories
 from ...measures.geometry import uniformity
+from ...modes import NOTEBOOKS
 from ...stats import pearson
 from ...study.settings import ConfigError
 from .correlation import Significance, pearson_tests
@@ -62,6 +63,6 @@ def category_pref(pref: np.ndarray, cats: np.ndarray, n_cat: int) -> np.ndarray:
 def category_tests(ua: np.ndarray, pref: np.ndarray, sig: Significance) -> list[dict]:
     """Per column of ``ua`` (n_cat, k): r with ``pref`` (n_cat,) as ``value`` and its ``p``; by default also
     ``p_perm`` and the Fisher-z ``ci_lo``, ``ci_hi`` (q is added per family, over the tested layers)."""
-    if sig.compat == "seed":
+    if sig.compat == NOTEBOOKS:
         return [dict(zip(("value", "p"), pearson(column, pref), strict=False)) for column in ua.T]
     return pearson_tests(ua, pref, sig.n_permutations, sig.seed, sig.level)

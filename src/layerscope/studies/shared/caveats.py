@@ -10,6 +10,7 @@ default-mode report shows.
 from __future__ import annotations
 
 from ...data import PairDataset
+from ...modes import NOTEBOOKS
 from ...report.markdown import md_text
 from .inputs import without_category
 
@@ -47,6 +48,17 @@ def group_warnings(n_high: int, n_low: int) -> list[str]:
             f"low-resource languages (< {MIN_N} each): one language can swing it; treat H5 as descriptive."]
 
 
+def prequantized_warnings(models: list[dict], bits: int) -> list[str]:
+    """A warning per manifest model entry whose weights already lie on a quantization grid (``prequantized``, e.g.
+    a Q4_1 GGUF): fake-quantizing them again measures a second rounding relative to that model, not what
+    quantizing the full-precision checkpoint would cost."""
+    return [f"ablation, {m['name']}: its weights already lie on a {m['prequantized']} grid ({m.get('exact')}); "
+            f"fake-quantizing them again to {bits} bits rounds a quantized model a second time, so each number is "
+            f"the cost relative to that {m['prequantized']} model, not what quantizing the full-precision "
+            "checkpoint would cost; compare layers with each other, not with published quantization results."
+            for m in models if m.get("prequantized")]
+
+
 def category_warnings(study: str, pairs: PairDataset, drop_category: str | None = None) -> list[str]:
     """Small-n warnings for category-level correlations on ``pairs`` and, given ``drop_category``, on the
     pairs without it (``ConfigError`` if that is not a category; check the minimum with
@@ -66,9 +78,9 @@ def warning_lines(summary: dict) -> list[str]:
 
 
 def legend_lines(config: dict, unit: str, interval: str) -> list[str]:
-    """One line on each number a default-mode report shows (none in seed compat): ``unit`` is what r runs
+    """One line on each number a default-mode report shows (none in notebooks mode): ``unit`` is what r runs
     over ("categories"), ``interval`` how its CI is made ("Fisher-z")."""
-    if config.get("compat") == "seed":
+    if config.get("compat") == NOTEBOOKS:
         return []
     level, n = config.get("ci_level", 0.95), config.get("n_permutations", 10_000)
     return [f"- r: Pearson's correlation over the {unit}; p: its two-sided t-test p-value.",

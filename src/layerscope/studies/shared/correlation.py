@@ -1,7 +1,7 @@
 """The tests every correlation of a pair study gets by default: a permutation p, a Fisher-z interval, a
 Benjamini-Hochberg q over the tested layers and a Spearman rho beside it.
 
-    sig = Significance(level=0.95, seed=42, n_permutations=10_000)   # how each r is tested (compat: "seed")
+    sig = Significance(level=0.95, seed=42, n_permutations=10_000)   # how each r is tested (compat: "notebooks")
     tests = pearson_tests(x, y, sig.n_permutations, sig.seed, sig.level)   # x: (n, k) -> k dicts
     add_q(tests, "p_perm", sig.level)        # each gains q (BH over the k) and significant (q < 0.05)
     rho = add_q(spearman_tests(x, y), "p", sig.level)

@@ -188,7 +188,7 @@ def pair_runs(config: StudyConfig, pairs: PairDataset, timings: dict[str, float]
 
 def extracted_layers(layers: list[int], n_layers: int) -> list[int]:
     """The hidden states a pair study reads: its tested ``layers`` and the final one, ``n_layers`` (the divergence
-    study's seed-compat headline layer, which it reads even where it is not tested)."""
+    study's notebooks-mode headline layer, which it reads even where it is not tested)."""
     return sorted({*layers, n_layers})
 
 

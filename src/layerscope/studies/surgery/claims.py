@@ -8,7 +8,7 @@ sets, and whether the phase boundaries hold causally (the given ones, else this 
 
 from __future__ import annotations
 
-from ...report.markdown import number, signed
+from ...report.markdown import bits, number, signed
 from ...study.result import StudyResult
 from ...study.verdicts import NOT_ASSESSABLE, Verdict, key_text, status_of
 from .report import BOUNDARY_SETS
@@ -92,4 +92,4 @@ def boundary_claim(study: str, model: str, s: dict) -> Verdict | None:
         return Verdict(study, model, claim, NOT_ASSESSABLE, f"{len(b.get('blocks', []))} boundary block(s) of "
                                                             f"{s['n_layers']}: no placement to test")
     return Verdict(study, model, claim, status_of(bool(b["holds"])),
-                   f"effect = {signed(b['effect'])} nats, permutation p = {number(b.get('p'))}")
+                   f"effect = {signed(bits(b['effect']))} bits/token, permutation p = {number(b.get('p'))}")

@@ -16,6 +16,7 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
+from ...report.markdown import BITS_PER_NAT, bits
 from ...report.plotting import COLORS, band, figure, figure_slug, zero_line
 from ...study.result import StudyResult
 
@@ -41,6 +42,11 @@ def figures(result: StudyResult) -> dict[str, Figure]:
     return out
 
 
+def _in_bits(rows: pd.DataFrame) -> pd.DataFrame:
+    """The table's delta NLL rows (nats per token) with value and interval in bits per token, for drawing."""
+    return rows.assign(**{c: rows[c] * BITS_PER_NAT for c in ("value", "ci_lo", "ci_hi")})
+
+
 def _all_langs(rows: pd.DataFrame) -> pd.Series:
     return rows["lang"].isna() | (rows["lang"] == "all")
 
@@ -48,7 +54,7 @@ def _all_langs(rows: pd.DataFrame) -> pd.Series:
 def layers_figure(rows: pd.DataFrame, s: dict, kinds: list[str], model: str) -> Figure:
     fig, axes = figure(len(kinds), 1, size=(11, 3.4 * len(kinds)))
     for ax, kind in zip(axes[:, 0], kinds, strict=True):
-        r = rows[(rows["intervention"] == kind) & (rows["metric"] == "delta_nll") & _all_langs(rows)]
+        r = _in_bits(rows[(rows["intervention"] == kind) & (rows["metric"] == "delta_nll") & _all_langs(rows)])
         r = r.sort_values("layer")
         x = r["layer"].to_numpy(dtype=float)
         ax.plot(x, r["value"], marker="o", markersize=3, color=COLORS[0], label="mean delta NLL")
@@ -64,7 +70,7 @@ def layers_figure(rows: pd.DataFrame, s: dict, kinds: list[str], model: str) -> 
         what = {"skip": "block l skipped", "repeat": "block l run twice", "swap": "blocks l and l+1 swapped"}[kind]
         ax.set_title(f"{model}: {what}")
         ax.set_xlabel("decoder block l (0-based)")
-        ax.set_ylabel("delta NLL (nats/token)")
+        ax.set_ylabel("delta NLL (bits/token)")
         ax.legend(fontsize="x-small", loc="lower center", ncol=5)
     return fig
 
@@ -72,7 +78,7 @@ def layers_figure(rows: pd.DataFrame, s: dict, kinds: list[str], model: str) -> 
 def pruning_figure(rows: pd.DataFrame, model: str) -> Figure:
     fig, axes = figure(1, 1, size=(8, 5))
     ax = axes[0, 0]
-    r = rows[(rows["intervention"] == "prune") & (rows["metric"] == "delta_nll")]
+    r = _in_bits(rows[(rows["intervention"] == "prune") & (rows["metric"] == "delta_nll")])
     rand = r[r["rule"] == "random"].sort_values("k")
     k = rand["k"].to_numpy(dtype=float)
     ax.plot(k, rand["value"], color="gray", label="random sets: mean")
@@ -84,7 +90,7 @@ def pruning_figure(rows: pd.DataFrame, model: str) -> Figure:
                     color=color, capsize=3, label=label)
     ax.set_yscale("symlog", linthresh=0.1)
     ax.set_xlabel("blocks removed k")
-    ax.set_ylabel("delta NLL (nats/token)")
+    ax.set_ylabel("delta NLL (bits/token)")
     ax.set_title(f"{model}: pruning curve")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
@@ -96,14 +102,14 @@ def language_figure(s: dict, kinds: list[str], model: str) -> Figure:
     fig, axes = figure(len(kinds), 1, size=(11, 0.5 + 0.45 * len(s[kinds[0]]["per_language"]) * len(kinds) + 1.5))
     for ax, kind in zip(axes[:, 0], kinds, strict=True):
         langs = list(s[kind]["per_language"])
-        grid = np.array([s[kind]["per_language"][code] for code in langs])
+        grid = bits(np.array([s[kind]["per_language"][code] for code in langs], dtype=float))
         image = ax.imshow(grid, aspect="auto", cmap=colormaps["viridis"],
                           norm=_symlog(grid), interpolation="nearest")
         ax.set_yticks(range(len(langs)), langs)
         ax.set_xlabel("decoder block l")
         ax.set_ylabel("language")
         ax.set_title(f"{model}: delta NLL per language, {kind}")
-        fig.colorbar(image, ax=ax, label="delta NLL (nats/token)")
+        fig.colorbar(image, ax=ax, label="delta NLL (bits/token)")
     return fig
 
 

@@ -7,7 +7,7 @@ geometry predicts it, whether the phase boundaries hold causally, and the prunin
 
 from __future__ import annotations
 
-from ...report.markdown import md_table, md_text, number
+from ...report.markdown import bits, md_table, md_text, number
 from ...study.result import StudyResult
 
 RULES = {"block_influence": "lowest block influence (ShortGPT)",
@@ -23,8 +23,9 @@ def _blocks(blocks) -> str:
 
 def critical_line(s: dict) -> str:
     c = s["critical"]
-    apart = (f"first block {'critical' if c['first'] else 'not critical'} (delta NLL {number(c['first_cost'])}), "
-             f"last {'critical' if c['last'] else 'not critical'} ({number(c['last_cost'])})")
+    apart = (f"first block {'critical' if c['first'] else 'not critical'} "
+             f"(delta NLL {number(bits(c['first_cost']))} bits/token), "
+             f"last {'critical' if c['last'] else 'not critical'} ({number(bits(c['last_cost']))})")
     return (f"{len(c['interior'])} of {s['n_layers'] - 2} interior blocks critical when skipped (BH q < 0.05; "
             f"costliest first: {_blocks(c['top_interior'])}); {apart}; check: {len(c['in_both_halves'])} of "
             f"{len(c['layers'])} critical blocks raise NLL in both halves of the texts")
@@ -87,15 +88,17 @@ def report(result: StudyResult) -> str:
 
 
 def _model_section(model: str, s: dict) -> list[str]:
-    out = [f"## {model}", "", f"{s['n_texts']} texts, intact NLL {number(s['intact_nll'])} nats/token; "
+    out = [f"## {model}", "", f"{s['n_texts']} texts, intact NLL {number(bits(s['intact_nll']))} bits/token; "
            f"{s['passes_per_batch']} passes per batch, {s['layers_run_per_batch']} decoder blocks run per batch "
            f"(a whole pass runs {s['n_layers']}).", ""]
     if "critical" in s:
         out += ["### Critical blocks (test)", "", critical_line(s) + ".", ""]
         rows = [[kind, _blocks([b for b, q in enumerate(s[kind]["q"]) if q is not None and q < 0.05]),
-                 number(max(s[kind]["mean"])), int(max(range(len(s[kind]["mean"])), key=s[kind]["mean"].__getitem__))]
+                 number(bits(max(s[kind]["mean"]))),
+                 int(max(range(len(s[kind]["mean"])), key=s[kind]["mean"].__getitem__))]
                 for kind in ("skip", "repeat", "swap") if kind in s]
-        out += [md_table(["intervention", "blocks with BH q < 0.05", "largest delta NLL", "at block"], rows), ""]
+        out += [md_table(["intervention", "blocks with BH q < 0.05", "largest delta NLL (bits/token)", "at block"],
+                         rows), ""]
     if "geometry" in s:
         out += ["### Does geometry predict the removal cost? (test)", "", geometry_line(s) + ".", ""]
         out += [md_table(["measure", "rho", "p", "q", "rho without first/last", "q without first/last"],
@@ -106,30 +109,31 @@ def _model_section(model: str, s: dict) -> list[str]:
                 "The statistic: mean skip cost of the blocks beside each boundary (blocks b - 1 and b for boundary "
                 "state b) minus the mean of the other interior blocks; the null places as many blocks at random "
                 "among the interior ones (the first and last block are left out: they are reported apart).", ""]
-        out += [md_table(["boundaries", "states", "blocks", "effect (nats)", "p", "placements"],
+        out += [md_table(["boundaries", "states", "blocks", "effect (bits/token)", "p", "placements"],
                          [[BOUNDARY_SETS.get(name, name), _blocks(b["states"]), _blocks(b["blocks"]),
-                           number(b["effect"]), number(b["p"]), b["placements"]]
+                           number(bits(b["effect"])), number(b["p"]), b["placements"]]
                           for name, b in s["boundaries"].items()]), ""]
     if "edge_p" in s.get("swap", {}):
         w = s["swap"]
         verdict = "agrees" if w["agrees"] else "does not agree (not significant, or a middle swap costs as much)"
         out += ["### Swap sensitivity (test)", "",
                 f"Lad et al. report that middle blocks tolerate swapping with a neighbour while the first and last "
-                f"do not. Here the edge swaps cost {number(w['edges'][0])} and {number(w['edges'][1])} nats against "
-                f"a middle median of {number(w['middle_median'])}; the placement test's p is {number(w['edge_p'])} "
+                f"do not. Here the edge swaps cost {number(bits(w['edges'][0]))} and {number(bits(w['edges'][1]))} "
+                f"bits/token against a middle median of {number(bits(w['middle_median']))}; the placement test's p is "
+                f"{number(w['edge_p'])} "
                 f"({w['placements']} placements): this model {verdict}.", ""]
     if "pruning" in s:
         p = s["pruning"]
         out += ["### Pruning curve (test per k against the random sets)", "", pruning_line(s) + ".", ""]
         rows = []
         for i, k in enumerate(p["k"]):
-            row = [k, f"{number(p['random']['mean'][i])} [{number(p['random']['lo'][i])}, "
-                      f"{number(p['random']['hi'][i])}]"]
+            row = [k, f"{number(bits(p['random']['mean'][i]))} [{number(bits(p['random']['lo'][i]))}, "
+                      f"{number(bits(p['random']['hi'][i]))}]"]
             for entry in p["rules"].values():
-                row += [f"{number(entry['mean'][i])} ({_blocks(entry['layers'][i])})",
+                row += [f"{number(bits(entry['mean'][i]))} ({_blocks(entry['layers'][i])})",
                         f"{entry['rank'][i]} of {entry['of'][i]}", number(entry["q"][i])]
             rows.append(row)
-        heads = ["k", "random: mean [95% of draws]"]
+        heads = ["k", "random: mean delta NLL, bits/token [95% of draws]"]
         for rule in p["rules"]:
             heads += [RULES[rule], "rank", "q"]
         out += [md_table(heads, rows), ""]
