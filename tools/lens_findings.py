@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from pages import replace_block
+from pages import write_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 KEPT = ROOT / "docs" / "results" / "tuned-lens-smollm2"
@@ -144,17 +144,7 @@ def main() -> int:
     grid = "```text\n" + (KEPT / "grid.txt").read_text(encoding="utf-8").rstrip("\n") + "\n```"
     blocks = {"README.md": {"lens-headline": headline(record, bench, made), "lens-grid": grid},
               "docs/cli.md": {"lens-findings": findings(record, bench, gpu, made)}}
-    stale = []
-    for page, bodies in blocks.items():
-        path = ROOT / page
-        text = path.read_text(encoding="utf-8")
-        new = text
-        for tag, body in bodies.items():
-            new = replace_block(new, tag, body)
-        if new != text:
-            stale.append(page)
-            if not args.check:
-                path.write_text(new, encoding="utf-8")
+    stale = write_blocks(ROOT, blocks, args.check)
     if args.check and stale:
         print(f"not what {KEPT} gives: {', '.join(stale)}; run tools/lens_findings.py", file=sys.stderr)
         return 1

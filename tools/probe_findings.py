@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from pages import replace_block
+from pages import write_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = {"docs/studies/probe.md": "probe-findings", "README.md": "probe-headline"}
@@ -139,15 +139,7 @@ def main() -> int:
     made = json.loads((RUN / "made.json").read_text(encoding="utf-8"))
     bodies = {"probe-findings": findings(result, MODEL, made),
               "probe-headline": headline(result, MODEL)}
-    stale = []
-    for page, tag in PAGES.items():
-        path = ROOT / page
-        old = path.read_text(encoding="utf-8")
-        new = replace_block(old, tag, bodies[tag])
-        if new != old:
-            stale.append(page)
-            if not args.check:
-                path.write_text(new, encoding="utf-8")
+    stale = write_blocks(ROOT, {page: {tag: bodies[tag]} for page, tag in PAGES.items()}, args.check)
     if args.check and stale:
         print(f"not what {RUN.relative_to(ROOT)} gives: {', '.join(stale)}; run tools/probe_findings.py",
               file=sys.stderr)

@@ -34,7 +34,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pages import replace_block
+from pages import write_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 KEPT = ROOT / "docs" / "results" / "make-run"
@@ -247,17 +247,7 @@ def blocks() -> dict[str, dict[str, str]]:
 
 
 def write(check: bool) -> int:
-    stale = []
-    for page, bodies in blocks().items():
-        path = ROOT / page
-        text = path.read_text(encoding="utf-8")
-        new = text
-        for tag, body in bodies.items():
-            new = replace_block(new, tag, body)
-        if new != text:
-            stale.append(page)
-            if not check:
-                path.write_text(new, encoding="utf-8")
+    stale = write_blocks(ROOT, blocks(), check)
     if check and stale:
         print(f"not what {KEPT.relative_to(ROOT)} gives: {', '.join(stale)}; run tools/run_findings.py write",
               file=sys.stderr)
