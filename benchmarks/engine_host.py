@@ -87,10 +87,10 @@ def replayed_device_work(extract_module, packed: dict[int, torch.Tensor]):
     """Inside, ``extract`` skips the model: each batch's packed results come from ``packed`` (rows -> buffer)."""
     real = extract_module.run_batch_packed
 
-    def replay(lm, batch, settings, packing):
+    def replay(lm, batch, settings, packing, scratch=None):
         rows = len(batch.index)
-        if rows not in packed:
-            packed[rows] = real(lm, batch, settings, packing)
+        if rows not in packed:  # a copy: on a CPU the packed results may live in a buffer the next batch reuses
+            packed[rows] = real(lm, batch, settings, packing, scratch).clone()
         return packed[rows]
 
     extract_module.run_batch_packed = replay
