@@ -53,13 +53,9 @@ docs-results: $(STAMP)  ## every result number in README.md and docs/ from one m
 	@test -n "$(RUN)" -a -n "$(TIMES)" || { echo "usage: make docs-results RUN=runs/<time> TIMES=times.json (see docs/results.md)"; exit 2; }
 	$(BIN)/python tools/run_findings.py keep $(RUN) --times $(TIMES)
 
-bench: $(STAMP)
-	$(BIN)/python benchmarks/extract_vs_seed.py
-	$(BIN)/python benchmarks/extract_speed.py
-	$(BIN)/python benchmarks/anisotropy_vs_eigh.py
-	$(BIN)/python benchmarks/ablation_vs_reload.py
-	$(BIN)/python benchmarks/sweep_ray_vs_serial.py
-	$(BIN)/python benchmarks/surgery_reuse.py
+bench: $(STAMP)  ## every CPU benchmark, each output kept in benchmarks/results/cpu/, then docs/benchmarks.md from them (over an hour; nothing else running)
+	$(BIN)/python tools/bench_findings.py record benchmarks/results/cpu
+	$(BIN)/python tools/bench_findings.py write
 
 clean:
 	rm -rf $(VENV) build site src/*.egg-info .pytest_cache

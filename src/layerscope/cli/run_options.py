@@ -178,7 +178,7 @@ def option_help(field: dataclasses.Field, inverted: bool = False) -> str:
     """The field's help text, with its default when the text does not give it."""
     text = HELP.get(field.name, "{help}").format(help=field.metadata["help"])
     if inverted:  # the default is on
-        return text if field.name in HELP else f"Turn off (on by default): {text}"
+        return text if field.name in HELP else f"{text} On by default: this flag turns it off."
     default = field.default
     if default in (None, (), False, dataclasses.MISSING) or "Default" in text:
         return text

@@ -23,7 +23,6 @@ units in sorted order (first appearance when they do not sort).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,7 +30,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from .probe_fits import logreg_oof, nested_plan
-from .probe_folds import check_folds, check_task, codes, group_codes, make_folds, relabel
+from .probe_folds import check_folds, check_task, group_codes, make_folds
 
 
 @dataclass
@@ -101,16 +100,3 @@ def control_recurrence(units, fold) -> float:
     present = np.zeros((int(u.max()) + 1, n_folds), dtype=bool)
     present[u, fold] = True
     return float(np.mean(present.sum(axis=1)[u] > 1))  # its unit is in its own fold and another
-
-
-def control_task(labels, groups, folds: int = 5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Deprecated: the control of layerscope before issue 45, one relabelling of the groups as the permutations
-    draw them (each group another's label and fold), from the first of the seed's three streams: (n,) labels (values
-    of ``labels``) and (n,) folds. probe_states' control is now :func:`control_labels`, keyed to units."""
-    warnings.warn("control_task is the group relabelling of earlier versions; probe_states' control task is now "
-                  "control_labels(units, labels, seed, n_seeds) (Hewitt & Liang, keyed to units)",
-                  DeprecationWarning, stacklevel=2)
-    y, g = codes(labels)[0], group_codes(groups)
-    rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(3)[0])
-    control, fold = relabel(y, g, make_folds(y, g, folds, seed), rng, 1)
-    return np.unique(np.asarray(labels))[control[0]], fold[0]

@@ -73,7 +73,6 @@ busy, so ``N_JOBS`` is 1.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,7 +85,6 @@ from .probe_controls import (  # noqa: F401  (re-exported)
     _control_codes,
     control_labels,
     control_recurrence,
-    control_task,
     surface_baseline,
     surface_features,
 )
@@ -218,14 +216,6 @@ def probe_states(X, labels, groups, *, method: str = "logreg", folds: int = 5, n
     out |= dict(plateau_from=first, decodable_ci=None,
                 plateau_ci=None if first is None else plateau_interval(acc_boot, accuracy, accuracy_ci, ci_level))
     return ProbeProfile(**out)
-
-
-def decodable_from(accuracy_boot: np.ndarray, accuracy: np.ndarray, ci: np.ndarray) -> int | None:
-    """Deprecated name of :func:`plateau_from` (the rule probe_states called decodable_from before issue 45)."""
-    warnings.warn("decodable_from(accuracy_boot, accuracy, ci) is now plateau_from; ProbeProfile.decodable_from "
-                  "is the first state from which every state is decodable (q < level and gain above the shallow "
-                  "readers)", DeprecationWarning, stacklevel=2)
-    return plateau_from(accuracy_boot, accuracy, ci)
 
 
 def _state(x, fixed, *, y, plan, fold, Y_null, folds_null, Y_control, method, n_classes) -> dict:

@@ -32,7 +32,7 @@ check: one host sync per batch, none per layer):
 - the massive-activation profile (:mod:`.massive_profile`).
 
 Every sum is also kept per text, for every real token and without position 0 and the massive tokens
-(:class:`.atlas_sums.TextStats` in ``result.texts``), so the atlas can resample texts and refit its boundaries.
+(:class:`.sums.TextStats` in ``result.texts``), so the atlas can resample texts and refit its boundaries.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class AtlasPass:
     texts: TextStats
     """Every sum above per text, for both token sets (what a resample of the texts needs)."""
     convention: str = "skean"
-    """The prompt entropy's convention (:func:`.atlas_sums.prompt_entropies`)."""
+    """The prompt entropy's convention (:func:`.entropy.prompt_entropies`)."""
     seconds: dict[str, float] = field(default_factory=dict)
     """``forward_s`` (the model) and ``measures_s`` (the sums above, their copy back and storing), over all batches:
     wall time on the CPU; on a GPU the times between CUDA events recorded at the same points (read once, at the

@@ -135,7 +135,7 @@ class PassSums:
         """The last stored batch's texts and its prompt entropies (K, B, 3), decomposing on the worker."""
 
     def layout(self, host: Batch, ids: Sequence[Sequence[int]]) -> Layout:
-        """The :class:`.atlas_layout.Layout` of a right-padded ``host`` batch (on the CPU) of the id lists ``ids``."""
+        """The :class:`.layout.Layout` of a right-padded ``host`` batch (on the CPU) of the id lists ``ids``."""
         return Layout.build(host, ids, self.lm.tokenizer.bos_token_id, self.delimiters)
 
     def add(self, batch: Batch, states: list[torch.Tensor], pre_norm: torch.Tensor,

@@ -42,7 +42,6 @@ import contextlib
 import hashlib
 import math
 import time
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -151,20 +150,14 @@ def train_tuned_lens(lm: LoadedModel, texts: Sequence[str], *, groups: Sequence 
                      top_k: int = DEFAULTS["top_k"], head_dtype: str = DEFAULTS["head_dtype"], seed: int = 0,
                      holdout: float = 0.1,
                      max_length: int | None = 512, corpus: str | None = None, progress: bool = True,
-                     on_step: Callable[[int, np.ndarray], None] | None = None, warmup: float = 0.0,
-                     eval_batch_size: int | None = None) -> TunedLens:
+                     on_step: Callable[[int, np.ndarray], None] | None = None, warmup: float = 0.0) -> TunedLens:
     """Train a :class:`~.tuned_lens.TunedLens` for ``lm`` on ``texts`` (module docstring: data, start, steps,
     optimiser, evaluation). ``groups``: a label per text kept on one side of the split; ``batch_size``: texts per
     step instead of ``tokens_per_step`` rows; ``corpus``: words describing the texts, kept in the record;
     ``on_step(step, text_indices)``: called with the indices into ``texts`` of the rows each step trains on (step
     -1: the least-squares start's); ``warmup``: the share of the steps the learning rate is warmed up over
     before the linear decay (default 0). Returns the lens, ``record`` holding the settings, the data's size and
-    the evaluations. :class:`~.tuned_lens_io.LensError` for settings or a corpus that cannot train a lens.
-    ``eval_batch_size`` is deprecated and ignored (0.3: the held-out rows are cached in the training pass)."""
-    if eval_batch_size is not None:
-        warnings.warn("train_tuned_lens(eval_batch_size=...) is deprecated and ignored since layerscope 0.3: the "
-                      "held-out rows are cached in the training pass; drop the argument", DeprecationWarning,
-                      stacklevel=2)
+    the evaluations. :class:`~.tuned_lens_io.LensError` for settings or a corpus that cannot train a lens."""
     t_start = time.perf_counter()
     check_settings(steps=steps, tokens_per_step=tokens_per_step, batch_size=batch_size, max_tokens=max_tokens,
                    init=init, optimizer=optimizer, negatives=negatives, top_k=top_k)
