@@ -101,11 +101,12 @@ def test_only_the_requested_layers_are_captured_and_pooled(monkeypatch):
     lm = tiny.tiny_lm("llama", adds_bos=False)  # 3 layers: hidden states 0..3
     full = extract(lm, tiny.TEXTS, poolings=("mean", "last"), batch_size=4, cache=False)
     pooled, handed = [], []
-    real_pool, real_capture = extract_module.pool, extract_module.capture_states
+    real_capture = extract_module.capture_states
 
-    def counting_pool(hidden, batch, masks, poolings):
-        pooled.append(tuple(poolings))
-        return real_pool(hidden, batch, masks, poolings)
+    class CountingPooler(extract_module.Pooler):
+        def __call__(self, hidden, out):
+            pooled.append(self.poolings)
+            return super().__call__(hidden, out)
 
     def recording_capture(lm, layers, on_state, **kwargs):
         def on(key, hidden):
@@ -113,7 +114,7 @@ def test_only_the_requested_layers_are_captured_and_pooled(monkeypatch):
             on_state(key, hidden)
         return real_capture(lm, layers, on, **kwargs)
 
-    monkeypatch.setattr(extract_module, "pool", counting_pool)
+    monkeypatch.setattr(extract_module, "Pooler", CountingPooler)
     monkeypatch.setattr(extract_module, "capture_states", recording_capture)
     acts = extract(lm, tiny.TEXTS, layers=[2, 0], poolings=("mean", "last"), batch_size=4, cache=False)
     assert acts.stats.batches_computed == 3

@@ -9,11 +9,14 @@ import torch
 import tiny
 from layerscope.engine.forward.batching import collate
 from layerscope.engine.forward.massive import MASSIVE_RATIO, _bracket, block_massive, massive_mask
+from layerscope.engine.forward.scratch import Scratch
+
+SCRATCH = Scratch()
 
 PATHS = ["bound", "bracket", "exact", "bits16-bfloat16", "bits16-float16", "count", "count-bfloat16", "count-float16"]
-"""``method=``: the histogram bracket (the CPU default), the exact median of every text, the 16-bit pattern
-histogram, and the count search (the GPU default) on float32, bfloat16 and float16 states (a ``-dtype`` path
-casts the states to that dtype first, and the reference reads the cast values)."""
+"""``method=``: the mean bound with its count and search (the CPU default), the histogram bracket, the exact median
+of every text, the 16-bit pattern histogram, and the count search (the GPU default) on float32, bfloat16 and
+float16 states (a ``-dtype`` path casts the states to that dtype first, and the reference reads the cast values)."""
 
 
 def flags_of(hidden: torch.Tensor, real: torch.Tensor, method: str, ratio: float = MASSIVE_RATIO):
@@ -109,7 +112,7 @@ def test_the_upper_middle_value_decides_and_even_odd_counts(bracket):
 @pytest.mark.parametrize("bracket", PATHS)
 def test_odd_shapes_nan_and_zero_texts(bracket):
     rng = np.random.default_rng(5)
-    texts = [rng.normal(size=(4, 6)).astype(np.float32) for _ in range(5)]
+    texts = [rng.normal(size=(4, 6)).astype(np.float32) for _ in range(6)]
     texts[0][:] = 0.0  # every value 0: median 0, any peak > 0 would be massive
     texts[0][2, 1] = 1e-30
     texts[1][:, :] *= 1e-6  # a heavy tail: the mean is 1000x the median, the median outside the bracket window
@@ -119,12 +122,13 @@ def test_odd_shapes_nan_and_zero_texts(bracket):
     texts[3][3, 5] = np.inf  # inf counts as a value: massive
     texts[4] = (texts[4] * 1e-40).astype(np.float32)  # subnormal values
     texts[4][1, 1] = 1e-36
+    texts[5][1:] = -np.inf  # most values infinite: the median is inf, and no peak (inf) is above 100x it
     hidden, real = padded(texts, "right", np.nan)
     got, expect = flags_of(hidden, real, bracket)
     np.testing.assert_array_equal(got, expect)
     if bracket in ("bits16-float16", "count-float16"):
         return  # float16 flushes the subnormal text to 0 and overflows 1e9: the loop above checks every flag
-    assert got[0, 2] and got[1, 0] and not got[2].any() and got[3, 3] and got[4, 1]
+    assert got[0, 2] and got[1, 0] and not got[2].any() and got[3, 3] and got[4, 1] and not got[5].any()
 
 
 @pytest.mark.parametrize("bracket", PATHS)
@@ -143,6 +147,9 @@ def test_random_batches_with_spikes_at_many_ratios(bracket):
         hidden, real = padded(texts, ["right", "left"][trial % 2], [np.nan, 1e20][trial % 2])
         for ratio in (3.0, 20.0, MASSIVE_RATIO):
             np.testing.assert_array_equal(*flags_of(hidden, real, bracket, ratio))
+            if bracket == "bound":  # buffers reused across texts of every shape give the same flags
+                np.testing.assert_array_equal(massive_mask(hidden, real, ratio, scratch=SCRATCH).numpy(),
+                                              flags_of(hidden, real, bracket, ratio)[1])
 
 
 def test_the_bracket_holds_the_two_middle_values_within_2_to_the_minus_7():
@@ -195,9 +202,11 @@ def test_the_count_searchs_cut_is_the_first_value_whose_product_reaches_the_peak
     assert reach.all() and not short[cut > 0].any()  # (below a cut of 0 lie only negative values)
 
 
-def test_the_count_search_settles_a_cut_between_the_two_middle_values():
+@pytest.mark.parametrize("method", ["count", "bound"])
+def test_the_count_search_settles_a_cut_between_the_two_middle_values(method):
     """Peaks planted so that a search step's cut falls between the two middle values (c == n / 2): the flags then
-    come from their mean, as np.median's."""
+    come from their mean, as np.median's (the GPU's search and the CPU's, which the bound's count sends these texts
+    to: their peaks sit near 100x the median, far below 2x100 their mean)."""
     rng = np.random.default_rng(11)
     cases = 0
     for _ in range(200):
@@ -212,7 +221,7 @@ def test_the_count_search_settles_a_cut_between_the_two_middle_values():
             if len(t) > 2:
                 t[1, 0] = np.float32(100) * m
         hidden, real = padded(texts, "right", np.nan)
-        got, expect = flags_of(hidden, real, "count")
+        got, expect = flags_of(hidden, real, method)
         cases += int(expect.any())
         np.testing.assert_array_equal(got, expect)
     assert cases > 50
@@ -237,12 +246,12 @@ def test_the_bound_path_does_not_flag_a_peak_between_ratio_x_the_mean_and_ratio_
 def test_the_bound_settles_clear_texts_without_the_search(monkeypatch):
     """Peaks 1000x the median and ordinary tokens far below the cut (128 dimensions, so one peak moves the mean
     little), padding of zeros or 1e30 on either side: the bound and its one count decide every text, so the exact
-    search (``_count_flags``) is never called."""
+    search (``_search_flags``) is never called."""
     from layerscope.engine.forward import massive
 
     calls = []
-    search = massive._count_flags
-    monkeypatch.setattr(massive, "_count_flags", lambda *a: calls.append(1) or search(*a))
+    search = massive._search_flags
+    monkeypatch.setattr(massive, "_search_flags", lambda *a: calls.append(1) or search(*a))
     rng = np.random.default_rng(5)
     for side, fill in [("right", 0.0), ("left", 0.0), ("right", 1e30), ("left", -1e30)]:
         texts = [rng.normal(size=(n, 128)).astype(np.float32) for n in (3, 9, 14, 6)]

@@ -1,10 +1,11 @@
 import math
 
 import numpy as np
+import pytest
 import torch
 
 from layerscope.engine.forward.batching import collate
-from layerscope.engine.forward.pooling import mean_mask, pool, token_nll
+from layerscope.engine.forward.pooling import Pooler, mean_mask, pool, pooling_masks, token_nll
 
 BOS = 1
 
@@ -77,3 +78,50 @@ def test_a_stack_of_layers_pools_like_a_loop_over_layers_and_tokens():
             positions = np.flatnonzero(real[i])
             np.testing.assert_array_equal(out["last"][g, i].numpy(), states[g, i, positions[-1]])
             np.testing.assert_array_equal(out["first"][g, i].numpy(), states[g, i, positions[0]])
+
+
+def naive_pool(states: np.ndarray, real: np.ndarray, masks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """(B, d) float64 per pooling of one layer's ``states`` (B, T, d): a loop over texts and their masked tokens."""
+    out = {p: np.stack([states[i, m].astype(np.float64).mean(axis=0) for i, m in enumerate(mask)])
+           for p, mask in masks.items()}
+    out["last"] = np.stack([states[i, np.flatnonzero(r)[-1]] for i, r in enumerate(real)])
+    out["first"] = np.stack([states[i, np.flatnonzero(r)[0]] for i, r in enumerate(real)])
+    return out
+
+
+@pytest.mark.parametrize("case", ["finite", "inf", "bfloat16"])
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_the_pooler_writes_what_a_loop_over_tokens_gives_into_its_outputs(case, side):
+    """Pooler (once per batch, then per layer into given (B, d) views of one buffer) against a float64 loop: the fast
+    CPU float32 path, the fallback for a non-finite value (not finite only where it is pooled) and for 16-bit states;
+    on the fast path a mean pooling's numbers are the same bits whichever other poolings are asked for."""
+    rng = np.random.default_rng(4)
+    b = collate([[BOS, 4, 5, 6], [7, 8], [9, 3, 2]], np.array([0, 1, 2]), pad_id=0, side=side)
+    real = b.attention_mask.bool().numpy()
+    masks = pooling_masks(b, BOS)
+    states = rng.normal(size=(3, 4, 5)).astype(np.float32)
+    states[~real] = np.nan  # padding never leaks
+    if case == "inf":
+        states[1, np.flatnonzero(real[1])[0], 2] = np.inf  # text 1's first token: its mean and "first" are not finite
+    hidden = torch.from_numpy(states)
+    if case == "bfloat16":
+        hidden = hidden.to(torch.bfloat16)
+        states = hidden.float().numpy()
+    names = ("mean", "last", "first", "mean_no_pos0")
+    packed = torch.full((len(names), 2, 3, 5), 7.0)  # (P, layers, B, d): outputs are views of one buffer
+    pooler = Pooler(b, masks, names)
+    pooler(hidden, {p: packed[i, 1] for i, p in enumerate(names)})
+    want = naive_pool(states, real, {p: masks[p].numpy() for p in ("mean", "mean_no_pos0")})
+    for i, p in enumerate(names):
+        got = packed[i, 1].numpy()
+        if case == "inf" and p in ("mean", "first"):  # mean_no_pos0 leaves position 0 out: finite
+            assert not np.isfinite(got[1]).all()
+            rows = [0, 2]
+        else:
+            rows = [0, 1, 2]
+        np.testing.assert_allclose(got[rows], want[p][rows], rtol=1e-6 if case != "bfloat16" else 1e-2)
+    assert (packed[:, 0] == 7.0).all()  # the other layer's slot is untouched
+    if case == "finite":  # the CPU float32 path: one product per pooling
+        alone = torch.empty(3, 5)
+        Pooler(b, masks, ("mean",))(hidden, {"mean": alone})
+        assert torch.equal(alone, packed[0, 1])

@@ -55,7 +55,7 @@ from .guards import check_finite, encode
 from .head import head_matches, head_only_last
 from .massive import massive_mask
 from .pipeline import SCALARS, Packing, Writer
-from .pooling import ALL_POOLINGS, pool, pooling_masks, token_nll
+from .pooling import ALL_POOLINGS, Pooler, pooling_masks, token_nll
 from .scratch import Scratch, for_device
 
 log = logging.getLogger(__name__)
@@ -285,14 +285,15 @@ def run_batch_packed(lm: LoadedModel, batch: Batch, settings: ExtractSettings, p
     kept: dict[int | str, torch.Tensor] = {}  # stored states waiting for the massive flags of every block
     B, T = real.shape
 
+    pooler = Pooler(batch, masks, at_once)
+
     def on_state(key, hidden):
         hidden = hidden.to(device)
         if key in slot and at_once:
-            for p, vector in pool(hidden, batch, masks, at_once).items():
-                vectors[where[p], slot[key]] = vector
+            pooler(hidden, {p: vectors[where[p], slot[key]] for p in at_once})
         if deferred:
             if key == PRE_NORM or 1 <= key < n_layers:  # a decoder block's output: its flags now, while it is read
-                massive.logical_or_(massive_mask(hidden, real))
+                massive.logical_or_(massive_mask(hidden, real, scratch=scratch))
             if key in slot and scratch is None:
                 kept[key] = hidden  # a reference to the model's own output, not a copy
             elif key in slot:  # a copy into a buffer every batch reuses: the model's own memory is freed for reuse
@@ -304,10 +305,10 @@ def run_batch_packed(lm: LoadedModel, batch: Batch, settings: ExtractSettings, p
     with capture_states(lm, hooked, on_state), head_only_last(lm) if own_head else contextlib.nullcontext() as head:
         out = lm.model(**batch.model_inputs(), use_cache=False)
     if deferred:
-        masks = pooling_masks(batch, lm.tokenizer.bos_token_id, settings.compat, massive)
+        late = Pooler(batch, pooling_masks(batch, lm.tokenizer.bos_token_id, settings.compat, massive),
+                      ("mean_no_massive",))
         for key, hidden in kept.items():
-            vectors[where["mean_no_massive"], slot[key]] = pool(hidden, batch, masks, ("mean_no_massive",))[
-                "mean_no_massive"]
+            late(hidden, {"mean_no_massive": vectors[where["mean_no_massive"], slot[key]]})
         kept.clear()
     nll_sum, n_scored = head.nll(batch, host=host, scratch=scratch) if own_head else token_nll(out.logits, batch)
     del out, head

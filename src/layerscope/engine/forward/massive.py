@@ -23,13 +23,16 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import torch
 
+from .pooling import free_to_check
+from .scratch import Scratch
+
 MASSIVE_RATIO = 100.0
 """A token is massive at a layer when its largest |activation| exceeds this many times its text's median
 |activation| at that layer (over the text's real tokens and every dimension)."""
 
 
 def massive_mask(hidden: torch.Tensor, real: torch.Tensor, ratio: float = MASSIVE_RATIO, *,
-                 method: str | None = None) -> torch.Tensor:
+                 method: str | None = None, scratch: Scratch | None = None) -> torch.Tensor:
     """``flags = massive_mask(hidden, batch.attention_mask.bool())``: (B, T) bool, True at the real tokens of
     one layer's ``hidden`` (B, T, d) that are massive by the module's rule; padding is never flagged and never
     enters a text's median (whatever it holds, NaN included). A text with a NaN among its real values has a NaN
@@ -44,8 +47,9 @@ def massive_mask(hidden: torch.Tensor, real: torch.Tensor, ratio: float = MASSIV
       exactly (:func:`_median_bits16`): no float32 copy of the states, no select;
     - ``"bound"`` (CPU): the median is at most twice the mean (:func:`_bound_flags`), so a token whose peak is
       above ``2 * ratio`` x its text's mean is massive, and one count of the values below the largest other peak's
-      cut usually clears the rest; a text that count does not settle goes to ``"count"``. Four reads of the states
-      and one count, with the host sync a CPU does not pay for;
+      cut usually clears the rest; a text that count does not settle gets a binary search over its peaks, one
+      count per step. Seven passes over the states in all, the per-text steps on the host (a CPU does not pay for
+      reading its own memory); ``scratch`` (:class:`.scratch.Scratch`): its buffers instead of fresh ones;
     - ``"bracket"``: one histogram of the float32 values' top 16 bits (:func:`_bracket`) puts each text's
       two middle values between bin edges at most 2^-7 apart: a token whose peak is above ``ratio`` x the
       bracket's top is massive, one at or below ``ratio`` x its bottom is not, and only a text with a peak in
@@ -57,11 +61,11 @@ def massive_mask(hidden: torch.Tensor, real: torch.Tensor, ratio: float = MASSIV
     """
     real = real.to(hidden.device).bool()
     if method is None:
-        method = "bound" if hidden.device.type == "cpu" else "count"
+        method = "bound" if free_to_check(hidden) else "count"
     if method == "count":
         return _count_flags(hidden, real, ratio)
     if method == "bound":
-        return _bound_flags(hidden, real, ratio)
+        return _bound_flags(hidden, real, ratio, scratch)
     n = real.sum(dim=1) * hidden.shape[-1]  # (B,) real values per text
     if method == "bits16":
         peak = torch.maximum(hidden.amax(dim=-1), -hidden.amin(dim=-1)).float()  # (B, T) max |x|; NaN stays NaN
@@ -87,35 +91,111 @@ def massive_mask(hidden: torch.Tensor, real: torch.Tensor, ratio: float = MASSIV
 
 SURE = 2.02
 """:func:`_bound_flags` calls a token massive when its peak is above ``SURE * ratio`` x its text's mean |value|:
-2 for the median's bound, 1 % for the rounding of the sums and of ``fl(ratio * median)``."""
+2 for the median's bound, 1 % for the rounding of the sums."""
 
 
-def _bound_flags(hidden: torch.Tensor, real: torch.Tensor, ratio: float) -> torch.Tensor:
-    """(B, T) bool: :func:`massive_mask`'s flags from a bound and one count, exactly (the CPU default).
+def _bound_flags(hidden: torch.Tensor, real: torch.Tensor, ratio: float,
+                 scratch: Scratch | None = None) -> torch.Tensor:
+    """(B, T) bool: :func:`massive_mask`'s flags from a bound and a few counts, exactly (the CPU default).
 
-    Of a text's ``n`` values >= 0 with mean ``m``, fewer than ``n / 2`` exceed ``2 m`` (else their sum would pass
-    ``n m``), so its median is at most ``2 m`` and a token whose peak ``p`` is above ``2 ratio m`` (with 1 % to
-    spare: :data:`SURE`) is massive. Whether a token is flagged grows with its peak, so the largest other peak
-    ``q`` decides the rest: with ``c`` = the values below ``q``'s cut (:func:`_cut`, as in :func:`_count_flags`),
-    ``c < ceil(n / 2)`` means ``fl(ratio * median) >= q`` and no other token is flagged. A text where that count
-    does not clear ``q`` (a peak near ``ratio`` x the median) gets :func:`_count_flags`' exact search; it syncs
-    with the host to find those texts, which costs nothing on a CPU."""
+    A token with peak ``p`` is flagged when ``p > fl(ratio * m)``, ``m`` its text's median. ``fl(ratio * v)`` does
+    not decrease with ``v``, so ``c(p)``, how many of the text's ``n`` values ``v`` have ``fl(ratio * v) < p``,
+    decides it: flagged when ``c(p) >= n // 2 + 1`` (the middle value, or both middle values, below), not flagged
+    when ``c(p) < n / 2``, and for an even ``n`` with ``c(p) == n / 2`` the two middle values decide (the text's
+    median is then found exactly). Whether a token is flagged grows with its peak, so:
+
+    1. fewer than ``n / 2`` values exceed twice their mean ``a`` (else their sum would pass ``n a``), so
+       ``m <= 2 a`` and a token with ``p > 2 ratio a`` (1 % to spare: :data:`SURE`) is massive;
+    2. one count at ``q``, the largest other peak of each text: ``c(q) < ceil(n / 2)`` clears every other token;
+    3. a text not cleared (a peak near ``ratio`` x its median) gets a binary search over its sorted peaks, one
+       count of those texts' values per step.
+
+    The states are read in four passes (|x|, its peak and sum per token, ``fl(ratio * |x|)``) and each count is
+    three more (``sign(p - fl(ratio * |x|))``, kept where positive, summed per token); the per-text steps run on
+    the host's (B, T) arrays, which costs a CPU nothing. ``scratch``: the two (B, T, d) float32 buffers come from
+    it (no fresh pages per layer)."""
     B, T, d = hidden.shape
-    values = hidden.float()
-    values = values.abs_() if values is not hidden else values.abs()  # (B, T, d) a new tensor
-    peak = values.amax(dim=-1)  # (B, T); NaN where a token holds NaN
-    unusable = (peak.isnan() & real).any(dim=1)  # np.median of values holding NaN is NaN: nothing flagged
-    n = real.sum(dim=1) * d  # (B,)
-    mean = torch.where(real, values.sum(dim=-1), 0.0).double().sum(dim=1) / n  # (B,) float64
-    sure = real & (peak.double() > SURE * ratio * mean[:, None])  # (B, T)
-    rest = torch.where(real & ~sure & ~peak.isnan(), peak, 0.0).amax(dim=1)  # (B,) q, 0 where no token is left
-    cut = _cut(rest, ratio)  # (B,)
-    below = torch.where(real, (values < cut[:, None, None]).sum(dim=-1), 0).sum(dim=1)  # (B,) c
-    open_rows = ((below >= (n + 1) // 2) & ~unusable).nonzero(as_tuple=True)[0]  # q not cleared: rare
-    flags = sure  # a text holding NaN has a NaN mean: none of its tokens is sure
+    r = float(np.float32(ratio))  # the float32 ratio: fl(r * v) is what ``ratio * median`` computes in float32
+    prod = _buffer(scratch, "massive.prod", (B, T, d))
+    torch.abs(hidden, out=prod) if hidden.dtype == torch.float32 else prod.copy_(hidden).abs_()  # |x| in float32
+    peak = prod.amax(dim=-1).numpy()  # (B, T); NaN where a token holds NaN
+    sums = prod.sum(dim=-1).numpy()  # (B, T) float32
+    prod.mul_(r)  # fl(r * |x|): |fl(r * x)| rounds alike, so the order of abs and product does not matter
+    real = real.cpu().numpy()
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        unusable = (np.isnan(peak) & real).any(axis=1)  # np.median of values holding NaN is NaN: nothing flagged
+        n = real.sum(axis=1) * d  # (B,)
+        mean = np.where(real, sums, 0.0).sum(axis=1, dtype=np.float64) / n
+        flags = real & (peak > SURE * r * mean[:, None])  # a text holding NaN or inf has no sure token
+        rest = np.where(real & ~flags & ~np.isnan(peak), peak, 0.0).max(axis=1, initial=0.0)  # (B,) q
+        counts = _Counts(prod, real, scratch)
+        open_rows = np.flatnonzero((counts.below(rest) >= (n + 1) // 2) & ~unusable)  # q not cleared: rare
     if len(open_rows):
-        flags[open_rows] = _count_flags(hidden[open_rows], real[open_rows], ratio)
+        flags[open_rows] = _search_flags(hidden, open_rows, prod[open_rows], peak[open_rows], real[open_rows], r,
+                                         scratch)
+    return torch.from_numpy(flags)
+
+
+def _buffer(scratch: Scratch | None, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+    return torch.empty(shape, dtype=torch.float32) if scratch is None else scratch.tensor(name, shape, torch.float32)
+
+
+class _Counts:
+    """``c = _Counts(prod, real).below(p)``: (B,) float64, per text how many of its real values have
+    ``fl(r * v) < p[b]``, from ``prod`` (B, T, d) float32 holding ``fl(r * |x|)``: ``sign(p - prod)`` is exact (a
+    float difference is 0 only between equal numbers; torch's sign of NaN, from inf - inf, is 0, as inf < inf is
+    false), kept where positive and summed per token (at most ``d`` ones: exact in float32), then over the text's
+    real tokens (padding, NaN included, is never read)."""
+
+    def __init__(self, prod: torch.Tensor, real: np.ndarray, scratch: Scratch | None = None):
+        self.prod, self.real = prod, real
+        self.diff = _buffer(scratch, "massive.diff", prod.shape)
+
+    def below(self, p: np.ndarray) -> np.ndarray:
+        cut = torch.from_numpy(np.ascontiguousarray(p, dtype=np.float32))[:, None, None]
+        per_token = torch.sub(cut, self.prod, out=self.diff).sign_().clamp_(min=0).sum(dim=-1)
+        return np.where(self.real, per_token.numpy(), 0).sum(axis=1, dtype=np.float64)
+
+
+def _search_flags(hidden: torch.Tensor, rows: np.ndarray, prod: torch.Tensor, peak: np.ndarray, real: np.ndarray,
+                  r: float, scratch: Scratch | None) -> np.ndarray:
+    """(k, T) bool: the flags of the ``k`` texts ``hidden[rows]`` that :func:`_bound_flags`' first count did not
+    settle (none holds NaN), 
+    by a binary search over each text's sorted peaks (step ``s`` counts at the middle of what is left: a peak
+    whose count says flagged leaves the ones above it flagged, one that says not the ones below it not); a text
+    where a count met ``c == n / 2`` (even ``n``, the cut between its two middle values) gets its median exactly
+    (:func:`_median_host`) and its flags from it. ``prod`` (k, T, d): ``fl(r * |hidden[rows]|)``; ``peak``, ``real``
+    (k, T): those texts' peaks and real tokens."""
+    k, T, d = prod.shape
+    n = real.sum(axis=1) * d
+    need = n // 2 + 1
+    tied = np.zeros(k, dtype=bool)
+    ordered = np.sort(np.where(real, peak, np.inf), axis=1)  # (k, T): real peaks first, ascending
+    lo, hi = np.zeros(k, dtype=np.int64), real.sum(axis=1)  # ordered[:lo] not flagged, ordered[hi:] flagged
+    counts = _Counts(prod, real, scratch)
+    at = np.arange(k)
+    while (lo < hi).any():
+        mid = (lo + hi) // 2
+        cut = np.where(lo < hi, ordered[at, np.minimum(mid, T - 1)], 0.0)  # a settled text counts nothing
+        c = counts.below(cut)
+        tied |= (lo < hi) & (n % 2 == 0) & (c == n // 2)
+        flagged = c >= need
+        hi, lo = np.where((lo < hi) & flagged, mid, hi), np.where((lo < hi) & ~flagged, mid + 1, lo)
+    bound = np.where(lo > 0, ordered[at, np.maximum(lo - 1, 0)], -np.inf)  # the largest peak not flagged
+    flags = real & (peak > bound[:, None])
+    for b in np.flatnonzero(tied):
+        values = np.abs(hidden[rows[b]].float().numpy()[real[b]])
+        flags[b] = real[b] & (peak[b] > np.float32(r) * _median_host(values))
     return flags
+
+
+def _median_host(values: np.ndarray) -> np.float32:
+    """The textbook median of ``values`` (any shape, float32): the middle value, or the float32 mean of the two
+    middle ones (as ``np.median`` takes it)."""
+    flat = values.ravel()
+    lower, upper = (len(flat) - 1) // 2, len(flat) // 2
+    part = np.partition(flat, (lower, upper))
+    return part[lower] if lower == upper else (part[lower] + part[upper]) / np.float32(2)
 
 
 def _count_flags(hidden: torch.Tensor, real: torch.Tensor, ratio: float) -> torch.Tensor:
@@ -159,7 +239,7 @@ def _count_flags(hidden: torch.Tensor, real: torch.Tensor, ratio: float) -> torc
     last_unflagged = sorted_peaks.gather(1, (lo - 1).clamp(min=0)[:, None])[:, 0]  # (B,)
     bound = torch.where(lo > 0, last_unflagged, -torch.inf)
     flags = real & (peak > bound[:, None])
-    if hidden.device.type != "cpu" or bool(undecided.any()):  # off the CPU: always, so the host never waits
+    if not free_to_check(hidden) or bool(undecided.any()):  # off the CPU: always, so the host never waits
         cut = at[..., None]  # (B, 1, 1)
         lower = torch.where(values < cut, values, -torch.inf).amax(dim=(1, 2)).float()  # (B,) lower middle value
         upper = torch.where(values >= cut, values, torch.inf).amin(dim=(1, 2)).float()  # (B,) the upper one

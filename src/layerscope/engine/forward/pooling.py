@@ -4,6 +4,8 @@
     vecs = pool(hidden, batch, mask, ("mean", "last"))       # {"mean": (B, d), "last": (B, d)}
     masks = pooling_masks(batch, bos_token_id, None, massive)  # every mean-type pooling's (B, T) mask
     vecs = pool(hidden, batch, masks, ALL_POOLINGS)
+    pooler = Pooler(batch, masks, ALL_POOLINGS)                  # once per batch, then per layer:
+    pooler(hidden, {p: packed[i, layer] for i, p in ...})     # each (B, d) float32 output written in place
     nll_sum, n_scored = token_nll(logits, batch)             # (B,), (B,)
 
 Pad positions are selected away (``torch.where``), never multiplied by zero, so
@@ -90,13 +92,8 @@ def pool(hidden: torch.Tensor, batch: Batch, masks: torch.Tensor | dict[str, tor
     same numbers as summing the selected tokens, with no host sync (no data-dependent branch). (A token of finite
     values whose sum overflows float32, beyond 1e34 per value, counts as non-finite.)"""
     masks = masks if isinstance(masks, dict) else {"mean": masks}
+    _check_poolings(masks, poolings)
     means = [name for name in poolings if name in MEAN_POOLINGS]
-    for name in means:
-        if masks.get(name) is None:
-            raise ValueError(f"pooling {name!r} needs its mask: build masks with pooling_masks(..., massive=)")
-    for name in poolings:
-        if name not in MEAN_POOLINGS and name not in ("last", "first"):
-            raise ValueError(f"unknown pooling {name!r}")
     rows = torch.arange(hidden.shape[-3], device=hidden.device)
     out = {}
     if means:
@@ -118,6 +115,50 @@ def pool(hidden: torch.Tensor, batch: Batch, masks: torch.Tensor | dict[str, tor
         elif name == "first":
             out[name] = hidden[..., rows, batch.first, :].float()
     return {name: out[name] for name in poolings}
+
+
+class Pooler:
+    """``pooler = Pooler(batch, masks, poolings)`` once per batch, then ``pooler(hidden, out)`` per layer: writes
+    each pooling of ``hidden`` (B, T, d) into ``out[p]`` ((B, d) float32, e.g. a slice of a packed buffer), the
+    numbers :func:`pool` gives. ``masks`` as for :func:`pool`.
+
+    The masks' weights, counts and the gather positions are made once per batch. On a CPU, float32 states that sum
+    to a finite number (so every token is finite) are pooled straight into ``out``: one ``bmm`` per mean-type
+    pooling (a pooling's numbers do not depend on which others are asked for), divided in place, and one
+    ``index_select`` per gathered one; a few ops per layer instead of a few dozen. Anything else goes through
+    :func:`pool` and is copied into ``out``."""
+
+    def __init__(self, batch: Batch, masks: torch.Tensor | dict[str, torch.Tensor], poolings: Sequence[str]):
+        self.batch, self.poolings = batch, tuple(poolings)
+        self.masks = masks if isinstance(masks, dict) else {"mean": masks}
+        _check_poolings(self.masks, self.poolings)
+        device = batch.attention_mask.device
+        B, T = batch.attention_mask.shape
+        means = [p for p in self.poolings if p in MEAN_POOLINGS]
+        self.weights = {p: self.masks[p][:, None, :].float() for p in means}  # (B, 1, T) 0/1
+        self.counts = {p: self.masks[p].sum(dim=1).float()[:, None, None] for p in means}  # (B, 1, 1), exact
+        starts = torch.arange(B, device=device) * T
+        self.rows = {p: starts + getattr(batch, p) for p in self.poolings if p in ("last", "first")}  # (B,) of B*T
+
+    def __call__(self, hidden: torch.Tensor, out: dict[str, torch.Tensor]) -> None:
+        B, T, d = hidden.shape
+        if not (free_to_check(hidden) and hidden.dtype == torch.float32 and bool(hidden.sum().isfinite())):
+            for name, vector in pool(hidden, self.batch, self.masks, self.poolings).items():
+                out[name].copy_(vector)
+            return
+        for name in self.poolings:
+            if name in self.weights:
+                torch.bmm(self.weights[name], hidden, out=out[name].view(B, 1, d)).div_(self.counts[name])
+            else:
+                torch.index_select(hidden.reshape(B * T, d), 0, self.rows[name], out=out[name])
+
+
+def _check_poolings(masks: dict[str, torch.Tensor], poolings: Sequence[str]) -> None:
+    for name in poolings:
+        if name in MEAN_POOLINGS and masks.get(name) is None:
+            raise ValueError(f"pooling {name!r} needs its mask: build masks with pooling_masks(..., massive=)")
+        if name not in MEAN_POOLINGS and name not in ("last", "first"):
+            raise ValueError(f"unknown pooling {name!r}")
 
 
 def free_to_check(t: torch.Tensor) -> bool:
