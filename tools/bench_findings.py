@@ -36,7 +36,7 @@ from pages import write_blocks
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 CPU = {
-    "extract_speed_pairs": "extract_speed.py --texts pairs --repeats 3",
+    "extract_speed_pairs": "extract_speed.py --texts pairs --repeats 5",
     "extract_speed_statements": "extract_speed.py --texts statements --repeats 3",
     "extract_speed_profile": "extract_speed.py --texts pairs --repeats 1 --profile",
     "extract_vs_seed": "extract_vs_seed.py",
