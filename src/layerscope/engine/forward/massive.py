@@ -160,9 +160,8 @@ class _Counts:
 def _search_flags(hidden: torch.Tensor, rows: np.ndarray, prod: torch.Tensor, peak: np.ndarray, real: np.ndarray,
                   r: float, scratch: Scratch | None) -> np.ndarray:
     """(k, T) bool: the flags of the ``k`` texts ``hidden[rows]`` that :func:`_bound_flags`' first count did not
-    settle (none holds NaN), 
-    by a binary search over each text's sorted peaks (step ``s`` counts at the middle of what is left: a peak
-    whose count says flagged leaves the ones above it flagged, one that says not the ones below it not); a text
+    settle (none holds NaN), by a binary search over each text's sorted peaks (each step counts at the middle peak
+    of what is left: flagged leaves the peaks above it flagged, not flagged the ones below it not); a text
     where a count met ``c == n / 2`` (even ``n``, the cut between its two middle values) gets its median exactly
     (:func:`_median_host`) and its flags from it. ``prod`` (k, T, d): ``fl(r * |hidden[rows]|)``; ``peak``, ``real``
     (k, T): those texts' peaks and real tokens."""
