@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 CPU = {
     "extract_speed_pairs": "extract_speed.py --texts pairs --repeats 5",
-    "extract_speed_statements": "extract_speed.py --texts statements --repeats 3",
+    "extract_speed_statements": "extract_speed.py --texts statements --repeats 5",
     "extract_speed_profile": "extract_speed.py --texts pairs --repeats 1 --profile",
     "extract_vs_seed": "extract_vs_seed.py",
     "extract_scale": "extract_scale.py",
@@ -152,21 +152,21 @@ def record(out: Path, names: list[str], machine: str, benchmarks: dict[str, str]
     out.mkdir(parents=True, exist_ok=True)
     day = dt.datetime.now(dt.UTC).date().isoformat()
     failed = []
-    scratch = tempfile.TemporaryDirectory()
-    for name in names or list(benchmarks):
-        command = f"{python} benchmarks/{benchmarks[name]}"
-        print(f"{name}: {command}", flush=True)
-        argv = shlex.split(f"benchmarks/{benchmarks[name]}")
-        if "DIR" in argv:
-            argv[argv.index("DIR")] = tuned_lens_package(Path(scratch.name))
-        done = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True)
-        if done.returncode:
-            failed.append(name)
-            print(done.stderr[-2000:], file=sys.stderr)
-            continue
-        tmp = out / f".{name}.txt.tmp"
-        tmp.write_text(f"# {command}   ({machine}, commit {commit}, {day})\n{done.stdout}", encoding="utf-8")
-        os.replace(tmp, out / f"{name}.txt")
+    with tempfile.TemporaryDirectory() as scratch:  # a tuned-lens package some benchmarks read, removed after
+        for name in names or list(benchmarks):
+            command = f"{python} benchmarks/{benchmarks[name]}"
+            print(f"{name}: {command}", flush=True)
+            argv = shlex.split(f"benchmarks/{benchmarks[name]}")
+            if "DIR" in argv:
+                argv[argv.index("DIR")] = tuned_lens_package(Path(scratch))
+            done = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True)
+            if done.returncode:
+                failed.append(name)
+                print(done.stderr[-2000:], file=sys.stderr)
+                continue
+            tmp = out / f".{name}.txt.tmp"
+            tmp.write_text(f"# {command}   ({machine}, commit {commit}, {day})\n{done.stdout}", encoding="utf-8")
+            os.replace(tmp, out / f"{name}.txt")
     if failed:
         print(f"failed (nothing kept for them): {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

@@ -48,8 +48,8 @@ def massive_mask(hidden: torch.Tensor, real: torch.Tensor, ratio: float = MASSIV
     - ``"bound"`` (CPU): the median is at most twice the mean (:func:`_bound_flags`), so a token whose peak is
       above ``2 * ratio`` x its text's mean is massive, and one count of the values below the largest other peak's
       cut usually clears the rest; a text that count does not settle gets a binary search over its peaks, one
-      count per step. Seven passes over the states in all, the per-text steps on the host (a CPU does not pay for
-      reading its own memory); ``scratch`` (:class:`.scratch.Scratch`): its buffers instead of fresh ones;
+      count per step. Six passes over the states for most texts, the per-text steps on the host (a CPU does not
+      pay for reading its own memory); ``scratch`` (:class:`.scratch.Scratch`): its buffers instead of fresh ones;
     - ``"bracket"``: one histogram of the float32 values' top 16 bits (:func:`_bracket`) puts each text's
       two middle values between bin edges at most 2^-7 apart: a token whose peak is above ``ratio`` x the
       bracket's top is massive, one at or below ``ratio`` x its bottom is not, and only a text with a peak in
@@ -111,7 +111,7 @@ def _bound_flags(hidden: torch.Tensor, real: torch.Tensor, ratio: float,
        count of those texts' values per step.
 
     The states are read in four passes (|x|, its peak and sum per token, ``fl(ratio * |x|)``) and each count is
-    three more (``sign(p - fl(ratio * |x|))``, kept where positive, summed per token); the per-text steps run on
+    two more (``fl(ratio * |x|) < p`` written as 0.0 / 1.0, summed per token); the per-text steps run on
     the host's (B, T) arrays, which costs a CPU nothing. ``scratch``: the two (B, T, d) float32 buffers come from
     it (no fresh pages per layer)."""
     B, T, d = hidden.shape
@@ -129,10 +129,11 @@ def _bound_flags(hidden: torch.Tensor, real: torch.Tensor, ratio: float,
         flags = real & (peak > SURE * r * mean[:, None])  # a text holding NaN or inf has no sure token
         rest = np.where(real & ~flags & ~np.isnan(peak), peak, 0.0).max(axis=1, initial=0.0)  # (B,) q
         counts = _Counts(prod, real, scratch)
-        open_rows = np.flatnonzero((counts.below(rest) >= (n + 1) // 2) & ~unusable)  # q not cleared: rare
+        at_rest = counts.below(rest)
+        open_rows = np.flatnonzero((at_rest >= (n + 1) // 2) & ~unusable)  # q not cleared: rare
     if len(open_rows):
-        flags[open_rows] = _search_flags(hidden, open_rows, prod[open_rows], peak[open_rows], real[open_rows], r,
-                                         scratch)
+        o = open_rows
+        flags[o] = _search_flags(hidden, o, prod[o], peak[o], real[o], flags[o].sum(axis=1), at_rest[o], r, scratch)
     return torch.from_numpy(flags)
 
 
@@ -142,44 +143,51 @@ def _buffer(scratch: Scratch | None, name: str, shape: tuple[int, ...]) -> torch
 
 class _Counts:
     """``c = _Counts(prod, real).below(p)``: (B,) float64, per text how many of its real values have
-    ``fl(r * v) < p[b]``, from ``prod`` (B, T, d) float32 holding ``fl(r * |x|)``: ``sign(p - prod)`` is exact (a
-    float difference is 0 only between equal numbers; torch's sign of NaN, from inf - inf, is 0, as inf < inf is
-    false), kept where positive and summed per token (at most ``d`` ones: exact in float32), then over the text's
-    real tokens (padding, NaN included, is never read)."""
+    ``fl(r * v) < p[b]``, from ``prod`` (B, T, d) float32 holding ``fl(r * |x|)``: the comparison written as 1.0
+    or 0.0 into a float32 buffer (one pass, faster on a CPU than a bool tensor and its sum; NaN compares false),
+    summed per token (at most ``d`` ones: exact in float32), then over the text's real tokens (padding is never
+    read)."""
 
     def __init__(self, prod: torch.Tensor, real: np.ndarray, scratch: Scratch | None = None):
         self.prod, self.real = prod, real
-        self.diff = _buffer(scratch, "massive.diff", prod.shape)
+        self.below_cut = _buffer(scratch, "massive.below", prod.shape)
 
     def below(self, p: np.ndarray) -> np.ndarray:
         cut = torch.from_numpy(np.ascontiguousarray(p, dtype=np.float32))[:, None, None]
-        per_token = torch.sub(cut, self.prod, out=self.diff).sign_().clamp_(min=0).sum(dim=-1)
+        per_token = torch.lt(self.prod, cut, out=self.below_cut).sum(dim=-1)  # 1.0 / 0.0 written as float32
         return np.where(self.real, per_token.numpy(), 0).sum(axis=1, dtype=np.float64)
 
 
 def _search_flags(hidden: torch.Tensor, rows: np.ndarray, prod: torch.Tensor, peak: np.ndarray, real: np.ndarray,
-                  r: float, scratch: Scratch | None) -> np.ndarray:
+                  sure: np.ndarray, at_rest: np.ndarray, r: float, scratch: Scratch | None) -> np.ndarray:
     """(k, T) bool: the flags of the ``k`` texts ``hidden[rows]`` that :func:`_bound_flags`' first count did not
-    settle (none holds NaN), by a binary search over each text's sorted peaks (each step counts at the middle peak
-    of what is left: flagged leaves the peaks above it flagged, not flagged the ones below it not); a text
-    where a count met ``c == n / 2`` (even ``n``, the cut between its two middle values) gets its median exactly
-    (:func:`_median_host`) and its flags from it. ``prod`` (k, T, d): ``fl(r * |hidden[rows]|)``; ``peak``, ``real``
-    (k, T): those texts' peaks and real tokens."""
+    settle (none holds NaN): their ``sure`` (k,) top peaks are flagged, and the count ``at_rest`` (k,) at the next
+    peak ``q`` said it is flagged too, or (``c == n / 2``, even ``n``) that its cut lies between the two middle
+    values. The rest is a search down each text's sorted peaks (galloping: the 2nd, 4th, 8th, ... peak below the
+    last flagged one, then halving the gap to the first one found not flagged: a few steps for the few flagged
+    tokens a text has), one count of these texts' values per step. A text where a count met ``c == n / 2`` gets
+    its median exactly (:func:`_median_host`) and its flags from it. ``prod`` (k, T, d): ``fl(r * |hidden[rows]|)``;
+    ``peak``, ``real`` (k, T): those texts' peaks and real tokens."""
     k, T, d = prod.shape
     n = real.sum(axis=1) * d
     need = n // 2 + 1
-    tied = np.zeros(k, dtype=bool)
+    tied = (n % 2 == 0) & (at_rest == n // 2)
     ordered = np.sort(np.where(real, peak, np.inf), axis=1)  # (k, T): real peaks first, ascending
-    lo, hi = np.zeros(k, dtype=np.int64), real.sum(axis=1)  # ordered[:lo] not flagged, ordered[hi:] flagged
+    # ordered[:lo] not flagged, ordered[hi:] flagged: the sure peaks, and q unless its count tied
+    lo, hi = np.zeros(k, dtype=np.int64), real.sum(axis=1) - sure - ~tied
+    lo[tied] = hi[tied]  # a tied text is settled by its median below
+    step = np.ones(k, dtype=np.int64)  # galloping until the first peak found not flagged, then halving
     counts = _Counts(prod, real, scratch)
     at = np.arange(k)
     while (lo < hi).any():
-        mid = (lo + hi) // 2
-        cut = np.where(lo < hi, ordered[at, np.minimum(mid, T - 1)], 0.0)  # a settled text counts nothing
+        active = lo < hi
+        mid = np.where(step > 0, np.maximum(hi - step, lo), (lo + hi) // 2)
+        cut = np.where(active, ordered[at, np.minimum(mid, T - 1)], 0.0)  # a settled text counts nothing
         c = counts.below(cut)
-        tied |= (lo < hi) & (n % 2 == 0) & (c == n // 2)
-        flagged = c >= need
-        hi, lo = np.where((lo < hi) & flagged, mid, hi), np.where((lo < hi) & ~flagged, mid + 1, lo)
+        tied |= active & (n % 2 == 0) & (c == n // 2)
+        flagged = active & (c >= need)
+        step = np.where(flagged, step * 2, 0)
+        hi, lo = np.where(flagged, mid, hi), np.where(active & ~flagged, mid + 1, lo)
     bound = np.where(lo > 0, ordered[at, np.maximum(lo - 1, 0)], -np.inf)  # the largest peak not flagged
     flags = real & (peak > bound[:, None])
     for b in np.flatnonzero(tied):

@@ -25,15 +25,23 @@ class Scratch:
     def __init__(self, device: torch.device | str = "cpu"):
         self.device = torch.device(device)
         self._buffers: dict[str, torch.Tensor] = {}
+        self._views: dict[str, tuple[tuple[int, ...], torch.dtype, torch.Tensor]] = {}  # name: the last view made
 
     def tensor(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """An uninitialised tensor of ``shape`` and ``dtype`` on the buffer ``name`` (its old contents, if any)."""
+        shape = tuple(shape)
+        last = self._views.get(name)
+        if last is not None and last[0] == shape and last[1] == dtype:  # asked again per layer: the same view
+            return last[2]
         nbytes = math.prod(shape) * dtype.itemsize
         buffer = self._buffers.get(name)
         if buffer is None or buffer.numel() < nbytes:
             self._buffers.pop(name, None)  # the old buffer goes before the new one is made: one of them at a time
+            self._views.pop(name, None)
             buffer = self._buffers[name] = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
-        return buffer[:nbytes].view(dtype).view(shape)
+        view = buffer[:nbytes].view(dtype).view(shape)
+        self._views[name] = (shape, dtype, view)
+        return view
 
     @property
     def nbytes(self) -> int:
