@@ -22,6 +22,18 @@ def test_a_name_gives_views_of_one_buffer_grown_only_when_asked_for_more():
     assert d.data_ptr() != c.data_ptr() and scratch.nbytes == 7 * 11 * 8 + 2 * 3 * 2
 
 
+def test_the_same_request_gets_the_same_view_and_another_dtype_or_size_a_view_of_its_own():
+    scratch = Scratch()
+    a = scratch.tensor("prod", (2, 3), torch.float32)
+    assert scratch.tensor("prod", (2, 3), torch.float32) is a  # asked again (per layer): nothing made
+    b = scratch.tensor("prod", (2, 3), torch.int32)  # the same shape, another dtype: its own view of the bytes
+    assert b.dtype == torch.int32 and b.data_ptr() == a.data_ptr()
+    c = scratch.tensor("prod", (4, 5), torch.float32)  # more than the buffer holds: a new buffer, a new view
+    assert c.shape == (4, 5) and scratch.nbytes == 4 * 5 * 4
+    d = scratch.tensor("prod", (2, 3), torch.float32)  # back to the first request: a view of the new buffer
+    assert d.data_ptr() == c.data_ptr() and d.shape == (2, 3)
+
+
 def test_only_the_cpu_gets_a_scratch():
     assert isinstance(for_device(torch.device("cpu")), Scratch)
     assert for_device(torch.device("meta")) is None
