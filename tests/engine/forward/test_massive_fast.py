@@ -262,3 +262,52 @@ def test_the_bound_settles_clear_texts_without_the_search(monkeypatch):
         assert expect.sum() == 3
         np.testing.assert_array_equal(got, expect)
     assert calls == []
+
+
+@pytest.mark.parametrize("method", PATHS)
+def test_known_tokens_come_back_flagged_and_every_other_flag_is_the_loops(method, monkeypatch):
+    """``known`` (tokens flagged at another layer, padding among them): each comes back True at a real position and
+    False at padding, every other token is flagged as the np.median loop says, whether or not the bound's search
+    ran (it does here: spikes near the cut)."""
+    from layerscope.engine.forward import massive
+
+    calls = []
+    search = massive._search_flags
+    monkeypatch.setattr(massive, "_search_flags", lambda *a: calls.append(1) or search(*a))
+    rng = np.random.default_rng(8)
+    for trial in range(30):
+        n_texts, d = int(rng.integers(1, 6)), int(rng.integers(1, 9))
+        texts = [(rng.lognormal(0, 1.0, size=(n, d)) * rng.choice([-1, 1], size=(n, d))).astype(np.float32)
+                 for n in rng.integers(2, 10, size=n_texts)]
+        for t in texts:
+            t[rng.integers(len(t)), rng.integers(d)] *= rng.choice([99.9, 100.1, 150.0, 300.0])
+        hidden, real = padded(texts, ["right", "left"][trial % 2], [np.nan, 1e20][trial % 2])
+        known = torch.from_numpy(rng.random(real.shape) < 0.25)
+        for ratio in (3.0, 20.0, MASSIVE_RATIO):
+            name, cast = (method.split("-") + [None])[:2]
+            h = hidden.to(getattr(torch, cast)) if cast else hidden
+            with np.errstate(invalid="ignore", over="ignore"):
+                expect = naive_flags(h.float().numpy(), real.numpy(), ratio) | (known & real).numpy()
+            got = massive_mask(h, real, ratio, method=name, known=known)
+            np.testing.assert_array_equal(got.numpy(), expect)
+    assert method != "bound" or calls
+
+
+def test_a_known_token_near_the_cut_costs_the_bound_no_search(monkeypatch):
+    """A token at 150x its text's median (massive, but not above 2x100 its mean) sends the text to the search, unless
+    it is known: then the bound's one count clears the rest."""
+    from layerscope.engine.forward import massive
+
+    calls = []
+    search = massive._search_flags
+    monkeypatch.setattr(massive, "_search_flags", lambda *a: calls.append(1) or search(*a))
+    rng = np.random.default_rng(4)
+    text = rng.uniform(0.5, 1.5, size=(6, 32)).astype(np.float32)
+    text[2, 7] = 150.0 * np.median(np.abs(text))
+    hidden, real = padded([text], "right", 0.0)
+    known = torch.zeros_like(real)
+    assert massive_mask(hidden, real, known=known).tolist() == [[False, False, True, False, False, False]]
+    assert calls == [1]
+    known[0, 2] = True
+    assert massive_mask(hidden, real, known=known).tolist() == [[False, False, True, False, False, False]]
+    assert calls == [1]

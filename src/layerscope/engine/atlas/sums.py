@@ -171,7 +171,7 @@ class PassSums:
         for layer in sorted(set(self.layers) | set(range(1, self.n_layers + 1))):
             hidden = residual[layer]
             if layer not in self.layers:
-                massive |= massive_mask(hidden, layout.real)
+                massive |= massive_mask(hidden, layout.real, known=massive)
             elif layer == 0:  # the embeddings: never a block output
                 tables[layer] = text_table(hidden, layout.real, layout.classes)
             else:

@@ -293,7 +293,7 @@ def run_batch_packed(lm: LoadedModel, batch: Batch, settings: ExtractSettings, p
             pooler(hidden, {p: vectors[where[p], slot[key]] for p in at_once})
         if deferred:
             if key == PRE_NORM or 1 <= key < n_layers:  # a decoder block's output: its flags now, while it is read
-                massive.logical_or_(massive_mask(hidden, real, scratch=scratch))
+                massive.logical_or_(massive_mask(hidden, real, scratch=scratch, known=massive))
             if key in slot and scratch is None:
                 kept[key] = hidden  # a reference to the model's own output, not a copy
             elif key in slot:  # a copy into a buffer every batch reuses: the model's own memory is freed for reuse

@@ -32,11 +32,14 @@ MASSIVE_RATIO = 100.0
 
 
 def massive_mask(hidden: torch.Tensor, real: torch.Tensor, ratio: float = MASSIVE_RATIO, *,
-                 method: str | None = None, scratch: Scratch | None = None) -> torch.Tensor:
+                 method: str | None = None, scratch: Scratch | None = None,
+                 known: torch.Tensor | None = None) -> torch.Tensor:
     """``flags = massive_mask(hidden, batch.attention_mask.bool())``: (B, T) bool, True at the real tokens of
     one layer's ``hidden`` (B, T, d) that are massive by the module's rule; padding is never flagged and never
     enters a text's median (whatever it holds, NaN included). A text with a NaN among its real values has a NaN
-    median (as ``np.median``), so none of its tokens is flagged at that layer.
+    median (as ``np.median``), so none of its tokens is flagged at that layer. ``known`` (B, T) bool: tokens
+    already flagged at another layer, whose flag here the caller does not need (it keeps the union over layers):
+    they come back True, and the CPU's ``"bound"`` spends no count on them.
 
     Every text of the batch at once, with no loop over texts and no host sync off the CPU. ``method`` (``None``:
     chosen by device and dtype) says how each text's median is found; all three give exactly the flags of the
@@ -62,10 +65,16 @@ def massive_mask(hidden: torch.Tensor, real: torch.Tensor, ratio: float = MASSIV
     real = real.to(hidden.device).bool()
     if method is None:
         method = "bound" if free_to_check(hidden) else "count"
+    if method == "bound":
+        return _bound_flags(hidden, real, ratio, scratch, known)
+    flags = _flags(hidden, real, ratio, method)
+    return flags if known is None else flags | (known.to(flags.device) & real)
+
+
+def _flags(hidden: torch.Tensor, real: torch.Tensor, ratio: float, method: str) -> torch.Tensor:
+    """(B, T) bool: :func:`massive_mask`'s flags by ``method`` (any but ``"bound"``)."""
     if method == "count":
         return _count_flags(hidden, real, ratio)
-    if method == "bound":
-        return _bound_flags(hidden, real, ratio, scratch)
     n = real.sum(dim=1) * hidden.shape[-1]  # (B,) real values per text
     if method == "bits16":
         peak = torch.maximum(hidden.amax(dim=-1), -hidden.amin(dim=-1)).float()  # (B, T) max |x|; NaN stays NaN
@@ -94,8 +103,8 @@ SURE = 2.02
 2 for the median's bound, 1 % for the rounding of the sums."""
 
 
-def _bound_flags(hidden: torch.Tensor, real: torch.Tensor, ratio: float,
-                 scratch: Scratch | None = None) -> torch.Tensor:
+def _bound_flags(hidden: torch.Tensor, real: torch.Tensor, ratio: float, scratch: Scratch | None = None,
+                 known: torch.Tensor | None = None) -> torch.Tensor:
     """(B, T) bool: :func:`massive_mask`'s flags from a bound and a few counts, exactly (the CPU default).
 
     A token with peak ``p`` is flagged when ``p > fl(ratio * m)``, ``m`` its text's median. ``fl(ratio * v)`` does
@@ -106,7 +115,8 @@ def _bound_flags(hidden: torch.Tensor, real: torch.Tensor, ratio: float,
 
     1. fewer than ``n / 2`` values exceed twice their mean ``a`` (else their sum would pass ``n a``), so
        ``m <= 2 a`` and a token with ``p > 2 ratio a`` (1 % to spare: :data:`SURE`) is massive;
-    2. one count at ``q``, the largest other peak of each text: ``c(q) < ceil(n / 2)`` clears every other token;
+    2. one count at ``q``, the largest other peak of each text (``known`` tokens, already flagged at another
+       layer, count as flagged here): ``c(q) < ceil(n / 2)`` clears every other token;
     3. a text not cleared (a peak near ``ratio`` x its median) gets a binary search over its sorted peaks, one
        count of those texts' values per step.
 
@@ -127,13 +137,15 @@ def _bound_flags(hidden: torch.Tensor, real: torch.Tensor, ratio: float,
         n = real.sum(axis=1) * d  # (B,)
         mean = np.where(real, sums, 0.0).sum(axis=1, dtype=np.float64) / n
         flags = real & (peak > SURE * r * mean[:, None])  # a text holding NaN or inf has no sure token
+        if known is not None:  # flagged at another layer: no count is spent on them
+            flags |= known.cpu().numpy() & real
         rest = np.where(real & ~flags & ~np.isnan(peak), peak, 0.0).max(axis=1, initial=0.0)  # (B,) q
         counts = _Counts(prod, real, scratch)
         at_rest = counts.below(rest)
         open_rows = np.flatnonzero((at_rest >= (n + 1) // 2) & ~unusable)  # q not cleared: rare
     if len(open_rows):
         o = open_rows
-        flags[o] = _search_flags(hidden, o, prod[o], peak[o], real[o], flags[o].sum(axis=1), at_rest[o], r, scratch)
+        flags[o] = _search_flags(hidden, o, prod[o], peak[o], real[o], flags[o], at_rest[o], r, scratch)
     return torch.from_numpy(flags)
 
 
@@ -161,8 +173,8 @@ class _Counts:
 def _search_flags(hidden: torch.Tensor, rows: np.ndarray, prod: torch.Tensor, peak: np.ndarray, real: np.ndarray,
                   sure: np.ndarray, at_rest: np.ndarray, r: float, scratch: Scratch | None) -> np.ndarray:
     """(k, T) bool: the flags of the ``k`` texts ``hidden[rows]`` that :func:`_bound_flags`' first count did not
-    settle (none holds NaN): their ``sure`` (k,) top peaks are flagged, and the count ``at_rest`` (k,) at the next
-    peak ``q`` said it is flagged too, or (``c == n / 2``, even ``n``) that its cut lies between the two middle
+    settle (none holds NaN): their ``sure`` (k, T) tokens are flagged (peaks above the bound, or known), and the
+    count ``at_rest`` (k,) at the largest other peak ``q`` said it is flagged too, or (``c == n / 2``, even ``n``) that its cut lies between the two middle
     values. The rest is a search down each text's sorted peaks (galloping: the 2nd, 4th, 8th, ... peak below the
     last flagged one, then halving the gap to the first one found not flagged: a few steps for the few flagged
     tokens a text has), one count of these texts' values per step. A text where a count met ``c == n / 2`` gets
@@ -172,9 +184,9 @@ def _search_flags(hidden: torch.Tensor, rows: np.ndarray, prod: torch.Tensor, pe
     n = real.sum(axis=1) * d
     need = n // 2 + 1
     tied = (n % 2 == 0) & (at_rest == n // 2)
-    ordered = np.sort(np.where(real, peak, np.inf), axis=1)  # (k, T): real peaks first, ascending
-    # ordered[:lo] not flagged, ordered[hi:] flagged: the sure peaks, and q unless its count tied
-    lo, hi = np.zeros(k, dtype=np.int64), real.sum(axis=1) - sure - ~tied
+    ordered = np.sort(np.where(real & ~sure, peak, np.inf), axis=1)  # (k, T): the other real peaks, ascending
+    # ordered[:lo] not flagged, ordered[hi:] flagged: the sure peaks (as inf), and q unless its count tied
+    lo, hi = np.zeros(k, dtype=np.int64), (real & ~sure).sum(axis=1) - ~tied
     lo[tied] = hi[tied]  # a tied text is settled by its median below
     step = np.ones(k, dtype=np.int64)  # galloping until the first peak found not flagged, then halving
     counts = _Counts(prod, real, scratch)
@@ -189,10 +201,10 @@ def _search_flags(hidden: torch.Tensor, rows: np.ndarray, prod: torch.Tensor, pe
         step = np.where(flagged, step * 2, 0)
         hi, lo = np.where(flagged, mid, hi), np.where(active & ~flagged, mid + 1, lo)
     bound = np.where(lo > 0, ordered[at, np.maximum(lo - 1, 0)], -np.inf)  # the largest peak not flagged
-    flags = real & (peak > bound[:, None])
+    flags = sure | (real & (peak > bound[:, None]))
     for b in np.flatnonzero(tied):
         values = np.abs(hidden[rows[b]].float().numpy()[real[b]])
-        flags[b] = real[b] & (peak[b] > np.float32(r) * _median_host(values))
+        flags[b] = sure[b] | (real[b] & (peak[b] > np.float32(r) * _median_host(values)))
     return flags
 
 
@@ -395,7 +407,7 @@ def block_massive(hidden_states: Sequence[torch.Tensor], pre_norm: torch.Tensor,
     real = real.bool()
     flags = massive_mask(pre_norm.to(real.device), real, ratio)
     for hidden in hidden_states[1:-1]:
-        flags |= massive_mask(hidden.to(real.device), real, ratio)
+        flags |= massive_mask(hidden.to(real.device), real, ratio, known=flags)
     return flags
 
 
