@@ -35,7 +35,8 @@ the strict one: extract against the fastest bare pass of either order and any of
 
 After a warm-up, each of ``--repeats`` rounds runs every bare variant and extract once (interleaved, so a busy
 machine slows both alike); each time is the best of its rounds, CUDA synchronized before and after. Prints every
-time with its runs, the ratios (target <= 1.10), the minor page faults of one pass of each, with ``--profile`` a
+time with its runs, the ratios (target <= 1.10; the gated one best round against best round, and each
+round's own beside it), the minor page faults of one pass of each, with ``--profile`` a
 torch.profiler table of extract's ops against the fastest bare pass's (the extra time per op, and the time no op
 accounts for), and whether the
 massive-token flags that ``mean_no_massive`` uses (:func:`layerscope.engine.forward.massive.massive_mask` at every
@@ -260,6 +261,10 @@ def main() -> int:
     fastest = min(variants, key=lambda v: min(t_bare[v]))
     ratio = ext / min(t_bare[fastest])
     print(f"extract / fastest bare ({fastest[0]}, {fastest[1]} per batch) = {ratio:.3f}x   (target <= {TARGET:.2f}x)")
+    paired = [t / min(t_bare[v][i] for v in variants) for i, t in enumerate(t_extract)]
+    print("round by round, extract / the fastest bare variant of the same round: "
+          + ", ".join(f"{x:.3f}" for x in paired) + f"; median {np.median(paired):.3f}x   (not gated: how far the "
+          "machine's drift moves the ratio)")
 
     same = {"transformers": [], "load_model": []}  # the fastest bare loop, on each model object in turn
     for _ in range(args.repeats):
