@@ -174,12 +174,12 @@ def _search_flags(hidden: torch.Tensor, rows: np.ndarray, prod: torch.Tensor, pe
                   sure: np.ndarray, at_rest: np.ndarray, r: float, scratch: Scratch | None) -> np.ndarray:
     """(k, T) bool: the flags of the ``k`` texts ``hidden[rows]`` that :func:`_bound_flags`' first count did not
     settle (none holds NaN): their ``sure`` (k, T) tokens are flagged (peaks above the bound, or known), and the
-    count ``at_rest`` (k,) at the largest other peak ``q`` said it is flagged too, or (``c == n / 2``, even ``n``) that its cut lies between the two middle
-    values. The rest is a search down each text's sorted peaks (galloping: the 2nd, 4th, 8th, ... peak below the
-    last flagged one, then halving the gap to the first one found not flagged: a few steps for the few flagged
-    tokens a text has), one count of these texts' values per step. A text where a count met ``c == n / 2`` gets
-    its median exactly (:func:`_median_host`) and its flags from it. ``prod`` (k, T, d): ``fl(r * |hidden[rows]|)``;
-    ``peak``, ``real`` (k, T): those texts' peaks and real tokens."""
+    count ``at_rest`` (k,) at the largest other peak ``q`` said it is flagged too, or (``c == n / 2``, even ``n``)
+    that its cut lies between the two middle values. The rest is a search down each text's other sorted peaks
+    (galloping: the 2nd, 4th, 8th, ... peak below the last flagged one, then halving the gap to the first one found
+    not flagged: a few steps for the few flagged tokens a text has), one count of these texts' values per step. A
+    text where a count met ``c == n / 2`` gets its median exactly (:func:`_median_host`) and its flags from it.
+    ``prod`` (k, T, d): ``fl(r * |hidden[rows]|)``; ``peak``, ``real`` (k, T): those texts' peaks and real tokens."""
     k, T, d = prod.shape
     n = real.sum(axis=1) * d
     need = n // 2 + 1
