@@ -36,9 +36,9 @@ from pages import write_blocks
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 CPU = {
-    "extract_speed_pairs": "extract_speed.py --texts pairs --repeats 5",
-    "extract_speed_statements": "extract_speed.py --texts statements --repeats 5",
-    "extract_speed_profile": "extract_speed.py --texts pairs --repeats 1 --profile",
+    "extract_speed_pairs": "extract_speed.py --texts pairs --repeats 3 --pairs 20",
+    "extract_speed_statements": "extract_speed.py --texts statements --repeats 3 --pairs 20",
+    "extract_speed_profile": "extract_speed.py --texts pairs --repeats 1 --pairs 0 --profile",
     "extract_vs_seed": "extract_vs_seed.py",
     "extract_scale": "extract_scale.py",
     "engine_host": "engine_host.py",

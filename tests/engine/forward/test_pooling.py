@@ -125,3 +125,32 @@ def test_the_pooler_writes_what_a_loop_over_tokens_gives_into_its_outputs(case, 
         alone = torch.empty(3, 5)
         Pooler(b, masks, ("mean",))(hidden, {"mean": alone})
         assert torch.equal(alone, packed[0, 1])
+
+
+def test_the_pooler_says_which_path_it_took_and_a_second_pooler_takes_its_answer():
+    """``Pooler(...)(hidden, out)`` returns True only for float32 CPU states that sum to a finite number (the short
+    path); a second Pooler of the same state given that answer as ``finite=`` pools as if it had checked: told False
+    (a NaN at padding), the NaN stays out of every mean; told True, it does not sum the state again but reads it as
+    it is (a NaN at padding then reaches the mean: only a Pooler's own answer for these values may be passed on)."""
+    rng = np.random.default_rng(7)
+    b = collate([[BOS, 4, 5, 6], [7, 8, 9]], np.array([0, 1]), pad_id=0)
+    real = b.attention_mask.bool().numpy()
+    masks = pooling_masks(b, BOS, massive=torch.tensor([[False, True, False, False], [False, False, False, False]]))
+    states = rng.normal(size=(2, 4, 5)).astype(np.float32)
+    want = naive_pool(states, real, {"mean_no_massive": masks["mean_no_massive"].numpy()})["mean_no_massive"]
+    first, second = Pooler(b, masks, ("last",)), Pooler(b, masks, ("mean_no_massive",))
+    out = {"last": torch.empty(2, 5), "mean_no_massive": torch.empty(2, 5)}
+    assert first(torch.from_numpy(states), out) is True
+    assert second(torch.from_numpy(states), out, finite=True) is True
+    np.testing.assert_allclose(out["mean_no_massive"].numpy(), want, rtol=1e-6)
+
+    states[1, 3] = np.nan  # text 1's padding
+    hidden = torch.from_numpy(states)
+    assert first(hidden, out) is False
+    assert second(hidden, out, finite=False) is False
+    np.testing.assert_allclose(out["mean_no_massive"].numpy(), want, rtol=1e-6)
+    assert second(hidden, out) is False  # no answer given: it checks itself
+    np.testing.assert_allclose(out["mean_no_massive"].numpy(), want, rtol=1e-6)
+    assert second(hidden, out, finite=True) is True  # told finite, it takes the short path without a sum
+    assert np.isnan(out["mean_no_massive"][1].numpy()).all()
+    assert first(hidden.to(torch.bfloat16), out) is False  # 16-bit states: never the short path

@@ -304,3 +304,27 @@ def test_save_load_keeps_pre_norm_and_an_old_file_loads_without_it(tmp_path):
     back = Activations.load(tmp_path / "old.npz")
     assert back.pre_norm == {}
     np.testing.assert_array_equal(back.pooled["mean"], acts.pooled["mean"])
+
+
+def test_a_non_finite_value_at_padding_reaches_no_pooling_of_the_kept_states():
+    """An inf at a padding position of the last block's output (the pre-norm state, kept for ``mean_no_massive``
+    until the pass ends) leaves every pooled vector as without it: the late pooling of the kept state is told what
+    the first pooling of that state found (not finite), so it selects padding away instead of multiplying it by 0."""
+    lm = tiny.tiny_lm("llama", adds_bos=False)
+    texts = ["Prices rose by four percent over the last year.", "A cat."]  # one batch, the second text padded
+    clean = extract(lm, texts, cache=False, batch_size=2)
+
+    def poison(_module, _inputs, output):
+        h = (output[0] if isinstance(output, tuple) else output).clone()
+        if h.shape[0] == 2:  # the batch (not the one-text probes): row 1, the shorter text, ends in padding
+            h[1, -1, 0] = float("inf")
+        return (h, *output[1:]) if isinstance(output, tuple) else h
+
+    handle = lm.model.model.layers[-1].register_forward_hook(poison)
+    try:
+        poisoned = extract(lm, texts, cache=False, batch_size=2, poolings=("last", "mean_no_massive"))
+    finally:
+        handle.remove()
+    for p in ("last", "mean_no_massive"):
+        np.testing.assert_allclose(poisoned.pre_norm[p], clean.pre_norm[p], rtol=1e-6)
+        np.testing.assert_allclose(poisoned.pooled[p][:, -1], clean.pooled[p][:, -1], rtol=1e-6)  # NaN at padding

@@ -283,6 +283,7 @@ def run_batch_packed(lm: LoadedModel, batch: Batch, settings: ExtractSettings, p
     at_once = [p for p in settings.poolings if p != "mean_no_massive"]  # pooled as each state arrives
     massive = torch.zeros_like(real)  # (B, T) massive at any block output so far
     kept: dict[int | str, torch.Tensor] = {}  # stored states waiting for the massive flags of every block
+    short: dict[int | str, bool] = {}  # whether the at-once Pooler found each kept state finite (float32, CPU)
     B, T = real.shape
 
     pooler = Pooler(batch, masks, at_once)
@@ -290,7 +291,7 @@ def run_batch_packed(lm: LoadedModel, batch: Batch, settings: ExtractSettings, p
     def on_state(key, hidden):
         hidden = hidden.to(device)
         if key in slot and at_once:
-            pooler(hidden, {p: vectors[where[p], slot[key]] for p in at_once})
+            short[key] = pooler(hidden, {p: vectors[where[p], slot[key]] for p in at_once})
         if deferred:
             if key == PRE_NORM or 1 <= key < n_layers:  # a decoder block's output: its flags now, while it is read
                 massive.logical_or_(massive_mask(hidden, real, scratch=scratch, known=massive))
@@ -308,7 +309,7 @@ def run_batch_packed(lm: LoadedModel, batch: Batch, settings: ExtractSettings, p
         late = Pooler(batch, pooling_masks(batch, lm.tokenizer.bos_token_id, settings.compat, massive),
                       ("mean_no_massive",))
         for key, hidden in kept.items():
-            late(hidden, {"mean_no_massive": vectors[where["mean_no_massive"], slot[key]]})
+            late(hidden, {"mean_no_massive": vectors[where["mean_no_massive"], slot[key]]}, short.get(key))
         kept.clear()
     nll_sum, n_scored = head.nll(batch, host=host, scratch=scratch) if own_head else token_nll(out.logits, batch)
     del out, head

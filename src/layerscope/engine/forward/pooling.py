@@ -140,17 +140,22 @@ class Pooler:
         starts = torch.arange(B, device=device) * T
         self.rows = {p: starts + getattr(batch, p) for p in self.poolings if p in ("last", "first")}  # (B,) of B*T
 
-    def __call__(self, hidden: torch.Tensor, out: dict[str, torch.Tensor]) -> None:
+    def __call__(self, hidden: torch.Tensor, out: dict[str, torch.Tensor], finite: bool | None = None) -> bool:
+        """Pool ``hidden`` into ``out``; returns whether the states took the short path (float32 on a CPU, summing
+        to a finite number). ``finite``: that answer for these same values from an earlier call (another Pooler
+        of the same state), so the whole state is not summed again; None: check here."""
         B, T, d = hidden.shape
-        if not (free_to_check(hidden) and hidden.dtype == torch.float32 and bool(hidden.sum().isfinite())):
+        short = free_to_check(hidden) and hidden.dtype == torch.float32
+        if not (short and (finite if finite is not None else bool(hidden.sum().isfinite()))):
             for name, vector in pool(hidden, self.batch, self.masks, self.poolings).items():
                 out[name].copy_(vector)
-            return
+            return False
         for name in self.poolings:
             if name in self.weights:
                 torch.bmm(self.weights[name], hidden, out=out[name].view(B, 1, d)).div_(self.counts[name])
             else:
                 torch.index_select(hidden.reshape(B * T, d), 0, self.rows[name], out=out[name])
+        return True
 
 
 def _check_poolings(masks: dict[str, torch.Tensor], poolings: Sequence[str]) -> None:
