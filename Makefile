@@ -34,7 +34,7 @@ run: $(STAMP)  ## all eight studies on the default models -> runs/<time>/index.h
 	$(BIN)/layerscope run --tuned-lens auto
 
 test: $(STAMP) $(BROWSER)  ## every test: unit (tiny random models) and integration (real SmolLM2)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30  # the 30 slowest tests listed: where CI time goes
 
 unit: $(STAMP) $(BROWSER)  ## the fast tier: no real model, no resume, suite reproduction or Ray tests
 	$(BIN)/python -m pytest -q -m "not integration and not slow"

@@ -328,3 +328,50 @@ def test_a_non_finite_value_at_padding_reaches_no_pooling_of_the_kept_states():
     for p in ("last", "mean_no_massive"):
         np.testing.assert_allclose(poisoned.pre_norm[p], clean.pre_norm[p], rtol=1e-6)
         np.testing.assert_allclose(poisoned.pooled[p][:, -1], clean.pooled[p][:, -1], rtol=1e-6)  # NaN at padding
+
+
+def plans(monkeypatch) -> list:
+    """The :class:`EarlyPlan` of every extract call made after this, as they are made."""
+    made = []
+
+    class Recorded(extract_module.EarlyPlan):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(extract_module, "EarlyPlan", Recorded)
+    return made
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_states_pooled_early_or_run_again_leave_out_every_massive_token(monkeypatch, late):
+    """On a CPU, once the flags have stopped growing the later states' ``mean_no_massive`` is pooled at once (no
+    kept copy). ``late``: a token of every text is made massive at the last block only, after that early pooling:
+    the batch runs again keeping every state. Either way every text's vector equals the numpy rule's mean."""
+    lm = tiny.tiny_lm("llama", adds_bos=False, n_layers=6)
+    the = lm.tokenizer(THE, add_special_tokens=False)["input_ids"][0]
+    with torch.no_grad():
+        lm.model.get_input_embeddings().weight[the] *= 1000.0  # massive from the first block on
+
+    def plant(_module, _inputs, output):
+        h = (output[0] if isinstance(output, tuple) else output).clone()
+        h[:, 0, 0] = 1e5  # position 0: real in every row (right padding), in `mean` (no BOS)
+        return (h, *output[1:]) if isinstance(output, tuple) else h
+
+    made = plans(monkeypatch)
+    handle = lm.model.model.layers[-1].register_forward_hook(plant) if late else None
+    try:
+        acts = extract(lm, tiny.TEXTS, batch_size=4, cache=False)
+        for i, text in enumerate(tiny.TEXTS):
+            hs, pre, _ = reference(lm, "llama", text)
+            flags = naive_massive([*hs[1:-1], pre])
+            assert flags[0] == late
+            keep = ~flags if (~flags).any() else np.arange(len(flags)) > 0
+            assert rel_err(acts.pooled["mean_no_massive"][i], hs[:, keep].mean(axis=1)) < 1e-4, text
+            assert rel_err(acts.pre_norm["mean_no_massive"][i], pre[keep].mean(axis=0)) < 1e-4, text
+    finally:
+        if handle is not None:
+            handle.remove()
+    [plan] = made
+    assert plan.early > 0  # the early path ran (in the first batch at least)
+    assert (plan.reruns, plan.keep_all) == ((1, True) if late else (0, False))

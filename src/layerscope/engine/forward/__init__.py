@@ -6,9 +6,10 @@
 Holds: ``batching`` (length-sorted padded batches, the memory plan), ``guards`` (text lengths before a pass,
 finite numbers after it), ``capture`` (the residual stream taken by hooks where each layer makes it), ``head``
 (next-token NLL from the head on the scored tokens only), ``pooling`` (padding-safe poolings), ``massive``
-(massive-activation flags), ``pipeline`` (device-to-host copies and store writes off the critical path),
-``extract`` and ``activations`` (the pass and what it yields), ``tokens`` (every token's state for token-level
-geometry), ``probing`` (probes on extracted activations).
+(massive-activation flags), ``no_massive`` (the ``mean_no_massive`` pooling within a pass), ``pipeline``
+(device-to-host copies and store writes off the critical path), ``extract`` and ``activations`` (the pass and
+what it yields), ``tokens`` (every token's state for token-level geometry), ``probing`` (probes on extracted
+activations).
 
 May import: :mod:`layerscope.engine.cache` and the packages below the engine (models, data, io, stats, measures,
 paths, provenance, progress, errors); no other room of the engine.

@@ -12,7 +12,8 @@ Texts are tokenized one by one (as a single-text call would), sorted by length a
 batches planned by memory (a token budget from the device; ``batch_size`` fixes the texts per
 batch by hand). Hooks hand over each hidden state as the model makes it (:mod:`.capture`); it is
 pooled right away, so a batch's token states of all layers never exist at once (except those the
-``mean_no_massive`` pooling keeps until the pass ends: its token flags come from every block). Besides
+``mean_no_massive`` pooling keeps until the pass ends, its token flags coming from every block; on a CPU only
+until the flags settle, :mod:`.no_massive`). Besides
 transformers' hidden states (the last one is after the model's final norm), the last decoder
 block's output before that norm is pooled the same ways into ``acts.pre_norm``.
 
@@ -53,7 +54,7 @@ from .batching import MAX_TEXTS_PER_BATCH, Batch, collate, memory_budget, pad_id
 from .capture import PRE_NORM, capture_states
 from .guards import check_finite, encode
 from .head import head_matches, head_only_last
-from .massive import massive_mask
+from .no_massive import EarlyPlan, NoMassive
 from .pipeline import SCALARS, Packing, Writer
 from .pooling import ALL_POOLINGS, Pooler, pooling_masks, token_nll
 from .scratch import Scratch, for_device
@@ -163,6 +164,7 @@ class _Job:
         report = (lambda: on_batch(next(stored), total)) if on_batch else None
         packing = Packing(settings.poolings, settings.layers, lm.info.hidden_size, lm.info.n_layers + 1)
         scratch = for_device(device)
+        plan = EarlyPlan()  # mean_no_massive's early pooling, for every batch of this call
         max_rows = max(b - a for a, b in ranges)
         check = functools.partial(_check_host, lm, self.texts)
         with Writer(store, packing, device, max_rows, check, report) as writer:
@@ -171,8 +173,8 @@ class _Job:
                     index = self.order[a:b]
                     batch = collate([self.ids[i] for i in index], index, pad_id(lm.tokenizer),
                                     settings.padding_side)
-                    out = backoff.run(lambda batch=batch: run_batch_packed(lm, batch, settings, packing, scratch),
-                                      lm)
+                    out = backoff.run(lambda batch=batch: run_batch_packed(lm, batch, settings, packing, scratch,
+                                                                           plan), lm)
                     if out is not None:  # None: out of memory, run again in halves
                         writer.put(a, index, out)
                 writer.planned_done()
@@ -264,15 +266,16 @@ class Backoff:
 
 @torch.inference_mode()
 def run_batch_packed(lm: LoadedModel, batch: Batch, settings: ExtractSettings, packing: Packing,
-                     scratch: Scratch | None = None) -> torch.Tensor:
+                     scratch: Scratch | None = None, plan: EarlyPlan | None = None) -> torch.Tensor:
     """One forward pass over ``batch`` (on the host), its results packed on the device by ``packing``
     (:class:`.pipeline.Packing`): every pooled vector, each text's NLL, counts and finiteness flags. No host sync
     but what the model's own forward does. ``scratch`` (:class:`.scratch.Scratch`, on a CPU): the logits and the
-    states kept for ``mean_no_massive`` go into its reused buffers instead of fresh memory each batch."""
+    states kept for ``mean_no_massive`` go into its reused buffers instead of fresh memory each batch. ``plan``
+    (:class:`.no_massive.EarlyPlan`, with ``scratch``): states after the massive flags settle are pooled at once
+    instead of kept (the batch runs again, keeping every state, if a later block flags a new token)."""
     host = batch
     batch = batch.to(input_device(lm.model), non_blocking=True)
     device = batch.input_ids.device
-    real = batch.attention_mask.bool()
     n_layers = lm.info.n_layers
     slot = {k: i for i, k in enumerate(settings.layers)} | {PRE_NORM: len(settings.layers)}
     deferred = "mean_no_massive" in settings.poolings
@@ -281,36 +284,28 @@ def run_batch_packed(lm: LoadedModel, batch: Batch, settings: ExtractSettings, p
     vectors, scalars = packing.views(packed, len(host.index))  # (P, V, B, d) float32, (B, 4 + n_states) float64
     where = {p: i for i, p in enumerate(settings.poolings)}
     at_once = [p for p in settings.poolings if p != "mean_no_massive"]  # pooled as each state arrives
-    massive = torch.zeros_like(real)  # (B, T) massive at any block output so far
-    kept: dict[int | str, torch.Tensor] = {}  # stored states waiting for the massive flags of every block
-    short: dict[int | str, bool] = {}  # whether the at-once Pooler found each kept state finite (float32, CPU)
-    B, T = real.shape
-
+    late = (NoMassive(batch, lm.tokenizer.bos_token_id, settings.compat, scratch, plan, slots=len(slot))
+            if deferred else None)
     pooler = Pooler(batch, masks, at_once)
 
     def on_state(key, hidden):
         hidden = hidden.to(device)
+        finite = None  # whether the first Pooler found the state finite (float32, CPU): the late one reuses it
         if key in slot and at_once:
-            short[key] = pooler(hidden, {p: vectors[where[p], slot[key]] for p in at_once})
+            finite = pooler(hidden, {p: vectors[where[p], slot[key]] for p in at_once})
         if deferred:
             if key == PRE_NORM or 1 <= key < n_layers:  # a decoder block's output: its flags now, while it is read
-                massive.logical_or_(massive_mask(hidden, real, scratch=scratch, known=massive))
-            if key in slot and scratch is None:
-                kept[key] = hidden  # a reference to the model's own output, not a copy
-            elif key in slot:  # a copy into a buffer every batch reuses: the model's own memory is freed for reuse
-                states = scratch.tensor("kept", (len(slot), B, T, hidden.shape[-1]), hidden.dtype)  # same each call
-                kept[key] = states[slot[key]].copy_(hidden)
+                late.block(hidden)
+            if key in slot:
+                late.state(key, hidden, vectors[where["mean_no_massive"], slot[key]], finite)
 
     hooked = sorted(set(settings.layers) | (set(range(1, n_layers)) if deferred else set()))
     own_head = head_matches(lm, batch)
     with capture_states(lm, hooked, on_state), head_only_last(lm) if own_head else contextlib.nullcontext() as head:
         out = lm.model(**batch.model_inputs(), use_cache=False)
-    if deferred:
-        late = Pooler(batch, pooling_masks(batch, lm.tokenizer.bos_token_id, settings.compat, massive),
-                      ("mean_no_massive",))
-        for key, hidden in kept.items():
-            late(hidden, {"mean_no_massive": vectors[where["mean_no_massive"], slot[key]]}, short.get(key))
-        kept.clear()
+    if deferred and not late.finish():  # a block flagged a new token after states were pooled early: again
+        del out, head
+        return run_batch_packed(lm, host, settings, packing, scratch, plan)
     nll_sum, n_scored = head.nll(batch, host=host, scratch=scratch) if own_head else token_nll(out.logits, batch)
     del out, head
     scalars[:, 0] = nll_sum
