@@ -297,7 +297,7 @@ def run_batch_packed(lm: LoadedModel, batch: Batch, settings: ExtractSettings, p
             if key == PRE_NORM or 1 <= key < n_layers:  # a decoder block's output: its flags now, while it is read
                 late.block(hidden)
             if key in slot:
-                late.state(key, hidden, vectors[where["mean_no_massive"], slot[key]], finite)
+                late.state(hidden, vectors[where["mean_no_massive"], slot[key]], finite)
 
     hooked = sorted(set(settings.layers) | (set(range(1, n_layers)) if deferred else set()))
     own_head = head_matches(lm, batch)

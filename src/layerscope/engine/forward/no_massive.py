@@ -3,7 +3,7 @@
     plan = EarlyPlan()                                          # one per extraction
     late = NoMassive(batch, bos_id, compat, scratch, plan, slots=len(stored))  # one per batch
     late.block(hidden)                                          # each decoder block output (B, T, d): its flags
-    late.state(key, hidden, out, finite)                        # each stored state: kept, or pooled into out now
+    late.state(hidden, out, finite)                             # each stored state: kept, or pooled into out now
     if not late.finish():                                       # pools the kept states against the final flags
         ...                                                     # False: run the batch again (plan.keep_all is set)
 
@@ -74,7 +74,7 @@ class NoMassive:
             self.stable = 0 if grew else self.stable + 1
         self.massive.logical_or_(flags)
 
-    def state(self, key, hidden: torch.Tensor, out: torch.Tensor, finite: bool | None = None) -> None:
+    def state(self, hidden: torch.Tensor, out: torch.Tensor, finite: bool | None = None) -> None:
         """A stored state ``hidden`` (B, T, d), its ``mean_no_massive`` to go into ``out`` (B, d) float32;
         ``finite``: the first Pooler's answer for it (:meth:`.pooling.Pooler.__call__`)."""
         if self.early_ok and self.flagged and self.stable >= STABLE_BLOCKS:
