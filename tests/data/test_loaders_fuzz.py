@@ -7,80 +7,24 @@ text, random JSON values and near-valid datasets (missing keys, wrong types, emp
 unpaired surrogates, one-pair categories, duplicate keys, byte-order marks, odd unicode). Whatever loads must be
 usable (hashable, every text a non-empty string); whatever fails must fail with a :class:`DatasetError` whose
 message names the file, never with a traceback. Valid generated datasets must load back exactly, with the same
-``hash`` from all three pair formats.
+``hash`` from all three pair formats. The cases the fuzzing found are pinned down in ``test_loader_errors.py``.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-import tempfile
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dataset_files import BOM, load_file, pair_rows, to_csv, to_json, to_jsonl, utf8
 from layerscope.data.languages import LanguageTexts, load_languages
 from layerscope.data.pairs import PairDataset, load_pairs
 from layerscope.data.prompts import MIN_PROMPTS, PromptSet, load_prompts
-from layerscope.errors import DatasetError, LayerscopeError
 from layerscope.paths import name_problem
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-BOM = b"\xef\xbb\xbf"
 PAIR_SUFFIXES = (".json", ".jsonl", ".csv")
-
-# --- writing and loading -------------------------------------------------------------------------------------
-
-
-def load_file(loader: Callable[[Path], Any], data: bytes, suffix: str) -> Any:
-    """``obj = load_file(load_pairs, b"...", ".json")``: write ``data`` to a fresh temp file and load it.
-
-    Returns the loaded object, or None when the loader raised a DatasetError that names the file; any other
-    exception propagates and fails the test. (tmp_path is shared by all examples of a test, so each example
-    gets its own temp folder instead.)
-    """
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / f"data{suffix}"
-        path.write_bytes(data)
-        try:
-            return loader(path)
-        except LayerscopeError as exc:
-            assert isinstance(exc, DatasetError), f"{type(exc).__name__}: {exc}"
-            message = str(exc)
-            assert str(path) in message, message
-            assert message.strip() and "Traceback" not in message
-            chained = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
-            assert chained is None, f"raise DatasetError(...) from None, not from {chained!r}"
-            message.encode("utf-8")  # printable as it is: no unpaired surrogates from the file in the message
-            return None
-
-
-def utf8(text: str) -> bytes:
-    """Text as a file's bytes; an unpaired surrogate becomes the invalid UTF-8 a careless writer would produce."""
-    return text.encode("utf-8", "surrogatepass")
-
-
-def to_json(value: Any, ascii_only: bool = True) -> bytes:
-    return utf8(json.dumps(value, ensure_ascii=ascii_only))
-
-
-def to_jsonl(rows: list[Any], ascii_only: bool = True, newline: str = "\n") -> bytes:
-    return utf8(newline.join(json.dumps(r, ensure_ascii=ascii_only) for r in rows))
-
-
-def to_csv(rows: list[list[Any]]) -> bytes:
-    buf = io.StringIO(newline="")
-    csv.writer(buf).writerows(rows)
-    return utf8(buf.getvalue())
-
-
-def pair_rows(data: dict[str, dict]) -> list[tuple[str, str, str]]:
-    return [(name, a, b) for name, body in data.items() for a, b in body["pairs"]]
 
 
 # --- what a loaded object must satisfy -----------------------------------------------------------------------
@@ -345,88 +289,3 @@ def test_valid_prompts_load_back(groups, newline, bom):
     assert (prompts is not None) == (len(texts) >= MIN_PROMPTS)
     if prompts is not None:
         assert list(prompts.texts) == texts and list(prompts.kinds) == kinds
-
-
-# --- what the fuzzing found, pinned down ---------------------------------------------------------------------
-
-GOOD_PAIRS = {"c": {"pairs": [["One cat.", "One dog."], ["Two cats.", "Two dogs."]]}}
-GOOD_LANGS = {"en": {"resource": "high", "texts": ["Hello."]}, "sw": {"resource": "low", "texts": ["Habari."]}}
-
-
-def error(loader: Callable[[Path], Any], data: bytes, suffix: str) -> str:
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / f"data{suffix}"
-        path.write_bytes(data)
-        with pytest.raises(DatasetError) as info:
-            loader(path)
-        return str(info.value)
-
-
-@pytest.mark.parametrize("loader, suffix", [(load_pairs, ".json"), (load_pairs, ".jsonl"), (load_languages, ".json")])
-@pytest.mark.parametrize("data, message", [
-    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),  # was RecursionError
-    (b"1" * 5000, "Exceeds the limit"),  # was ValueError (int digit limit)
-    (b'{"x": "\xed\xa0\x80"}', "not UTF-8 text"),  # an encoded surrogate is not UTF-8
-])
-def test_json_readers_turn_parser_crashes_into_dataset_errors(loader, suffix, data, message):
-    assert message in error(loader, data, suffix)
-
-
-def test_unpaired_surrogate_escapes_are_rejected_with_their_place():
-    """JSON allows "\\ud800"; it loaded fine and then crashed ``.hash`` (UnicodeEncodeError) and every writer."""
-    bad = {"c": {"pairs": [["One cat.", "One dog."], ["Two cats.", "Two \ud800dogs."]]}}
-    message = error(load_pairs, to_json(bad), ".json")
-    assert "category 'c', pair 1: statement B contains the unpaired surrogate" in message
-    assert "surrogate" in error(load_pairs, to_json({"\udc00": GOOD_PAIRS["c"]}), ".json")
-    assert "surrogate" in error(load_pairs, to_json({"c": {**GOOD_PAIRS["c"], "description": "\ud83d"}}), ".json")
-    assert "language 'sw', text 0 contains the unpaired surrogate" in error(
-        load_languages, to_json({**GOOD_LANGS, "sw": {"resource": "low", "texts": ["\udfff"]}}), ".json")
-
-
-def test_a_key_twice_in_one_object_is_an_error_not_silently_dropped_pairs():
-    twice = b'{"c": {"pairs": [["a", "b"], ["c", "d"]]}, "c": {"pairs": [["e", "f"], ["g", "h"]]}}'
-    assert "the key 'c' appears twice" in error(load_pairs, twice, ".json")
-    twice = b'{"en": {"resource": "high", "texts": ["x"]}, "en": {"resource": "low", "texts": ["y"]}}'
-    assert "the key 'en' appears twice" in error(load_languages, twice, ".json")
-
-
-def test_byte_order_marks_are_accepted():
-    """Files saved by Excel or Notepad start with a BOM: CSV said 'expected a CSV header', JSON 'not valid JSON',
-    and a prompts file's first '# kind' header became a prompt."""
-    csv_data = to_csv([["category", "a", "b"], *pair_rows(GOOD_PAIRS)])
-    assert load_file(load_pairs, BOM + csv_data, ".csv").hash == load_file(load_pairs, csv_data, ".csv").hash
-    assert load_file(load_pairs, BOM + to_json(GOOD_PAIRS), ".json") is not None
-    assert load_file(load_languages, BOM + to_json(GOOD_LANGS), ".json") is not None
-    prompts = load_file(load_prompts, BOM + b"# facts\nWater is wet.\nFire is hot.\n", ".txt")
-    assert prompts.texts == ("Water is wet.", "Fire is hot.") and prompts.kinds == ("facts", "facts")
-
-
-def test_line_separators_inside_jsonl_strings_do_not_split_the_line():
-    """str.splitlines() also splits at U+2028, U+0085 and others, which json.dumps(ensure_ascii=False) writes raw."""
-    rows = [{"category": "c", "a": f"One{sep}cat.", "b": f"One dog {i}."} for i, sep in enumerate("\u2028\x85\x1c")]
-    ds = load_file(load_pairs, to_jsonl(rows, ascii_only=False), ".jsonl")
-    assert [p[0] for p in ds.categories[0].pairs] == ["One\u2028cat.", "One\x85cat.", "One\x1ccat."]
-
-
-def test_csv_problems_name_the_line_and_the_fix():
-    unquoted = b"category,a,b\nc,One cat.,One dog.\nc,Hello, world.,Bye.\n"
-    assert "line 3: 4 fields but the header has 3 columns; put statements that contain commas in double quotes" in (
-        error(load_pairs, unquoted, ".csv"))
-    assert "the column 'a' appears twice" in error(load_pairs, b"category,a,b,a\nc,x,y,z\n", ".csv")
-    huge = b"category,a,b\nc," + b"x" * 200_000 + b",y\n"  # csv's field size limit
-    assert "line 2: malformed CSV" in error(load_pairs, huge, ".csv")
-    assert "line 1: malformed CSV" in error(load_pairs, b"category,a," + b"b" * 200_000, ".csv")  # was csv.Error
-    assert "the category is 5; give every pair a category name" in error(
-        load_pairs, b'{"category": 5, "a": "x", "b": "y"}', ".jsonl")
-
-
-def test_a_pair_twice_or_a_pair_of_one_statement_twice_is_an_error():
-    """Either would only add a copy to every statistic; a statement may recur in other pairs, though."""
-    repeated = {"a": GOOD_PAIRS["c"], "b": {"pairs": [["Red fish.", "Blue fish."], ["Two cats.", "Two dogs."]]}}
-    assert "category 'b', pair 1 is a duplicate of category 'a', pair 1 (['Two cats.', 'Two dogs.'])" in error(
-        load_pairs, to_json(repeated), ".json")
-    same = {"c": {"pairs": [["One cat.", "One cat."], ["Two cats.", "Two dogs."]]}}
-    assert "category 'c', pair 0 has statement A the same as statement B ('One cat.')" in error(
-        load_pairs, to_json(same), ".json")
-    shared = {"a": GOOD_PAIRS["c"], "b": {"pairs": [["Red fish.", "One dog."], ["Two cats.", "Ten dogs."]]}}
-    assert load_file(load_pairs, to_json(shared), ".json").n_pairs == 4

@@ -8,7 +8,8 @@ import torch
 
 import tiny
 from layerscope.engine.forward.batching import collate
-from layerscope.engine.forward.massive import MASSIVE_RATIO, _bracket, block_massive, massive_mask
+from layerscope.engine.forward.massive import MASSIVE_RATIO, block_massive, massive_mask
+from layerscope.engine.forward.massive_device import _bracket
 from layerscope.engine.forward.scratch import Scratch
 
 SCRATCH = Scratch()
@@ -189,7 +190,7 @@ def test_real_hidden_states_of_a_tiny_model_match_the_naive_loop(arch, side):
 
 @pytest.mark.parametrize("ratio", [100.0, 3.3, 1e-3, 7e30])
 def test_the_count_searchs_cut_is_the_first_value_whose_product_reaches_the_peak(ratio):
-    from layerscope.engine.forward.massive import _cut
+    from layerscope.engine.forward.massive_device import _cut
 
     rng = np.random.default_rng(5)
     peak = torch.from_numpy(np.concatenate([

@@ -16,7 +16,7 @@ import torch
 
 import tiny
 from layerscope import extract
-from layerscope.engine.forward import massive, no_massive, pooling
+from layerscope.engine.forward import massive, massive_device, no_massive, pooling
 from layerscope.errors import CacheError, ExtractionError
 
 SYNCS = ("cpu", "item", "tolist", "numpy", "__bool__")
@@ -59,7 +59,7 @@ def test_host_syncs_per_batch_are_few_and_do_not_grow_with_the_layers(arch, monk
         extract(lm, tiny.TEXTS, batch_size=2, cache=False, progress=False)  # the head's one-time probe
         bare = bare_forward_syncs(lm, monkeypatch)
         counter = SyncCounter(monkeypatch)
-        for module in (pooling, massive, no_massive):  # count as on a GPU: no CPU-only shortcut
+        for module in (pooling, massive, massive_device, no_massive):  # count as on a GPU: no CPU-only shortcut
             monkeypatch.setattr(module, "free_to_check", lambda t: False)
         acts = extract(lm, tiny.TEXTS, batch_size=2, cache=False, progress=False)  # 6 batches
         monkeypatch.undo()
