@@ -100,6 +100,11 @@ class ResultFileError(LayerscopeError):
     """A run folder's result.json or table.csv is missing, truncated or corrupt."""
 
 
+class PlantError(LayerscopeError):
+    """A model plant (:mod:`layerscope.plant`) that cannot be made: a position outside the model's depth, a band
+    or scale that plants nothing, or a model whose block list cannot be edited."""
+
+
 EDQUOT = getattr(errno, "EDQUOT", 122)
 """The errno of an exceeded disk quota (Linux 122; absent from Windows' errno)."""
 

@@ -16,7 +16,9 @@
 
 from __future__ import annotations
 
+import math
 import warnings
+from statistics import NormalDist
 
 import numpy as np
 from scipy import stats
@@ -205,3 +207,20 @@ def cooks_distance(x, y) -> np.ndarray:
         return np.full(n, np.nan)
     h = 1 / n + (x - x.mean()) ** 2 / sxx
     return residual**2 / (2 * s2) * h / (1 - h) ** 2
+
+
+def wilson(events: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of ``events`` in ``n`` trials: (p + z^2/2n -+ z sqrt(p(1-p)/n + z^2/4n^2)) /
+    (1 + z^2/n), z the normal quantile of (1 + level) / 2; (nan, nan) for n = 0."""
+    if n == 0:
+        return float("nan"), float("nan")
+    if not 0 <= events <= n:
+        raise ValueError(f"{events} events in {n} trials; pass 0 <= events <= n")
+    z = NormalDist().inv_cdf((1 + level) / 2)
+    p = events / n
+    centre = p + z * z / (2 * n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    scale = 1 + z * z / n
+    lo = 0.0 if events == 0 else max(0.0, (centre - half) / scale)  # exact ends where the formula's are 0 or 1
+    hi = 1.0 if events == n else min(1.0, (centre + half) / scale)
+    return lo, hi

@@ -318,8 +318,23 @@ def test_atlas_verdicts_one_per_consensus_boundary():
         ("atlas", "m", "phase boundary 2 at layer 12 of 30", ROBUST, "layer 12", ())]
     assert rows("atlas", {"m": {"n_layers": 30, "boundaries": {"consensus": [3, 12]}}})[1][3] == NA
     assert rows("atlas", {"m": {"n_layers": 2, "boundaries": {"consensus": None}}}) == [
-        ("atlas", "m", "phase boundaries (consensus of the measure families)", NA,
+        ("atlas", "m", "phase boundaries (change points of the measure families)", NA,
          "no family of measures had enough finite layers", ())]
+    assert rows("atlas", {"m": {"n_layers": 30, "boundaries": {"consensus": []}}}) == [
+        ("atlas", "m", "phase boundaries (change points of the measure families)", "not significant",
+         "no profile changes course beyond its resamples' noise", ())]
+
+
+def test_atlas_verdicts_name_the_families_the_resamples_that_moved_it_and_a_check_that_lost_it():
+    b = {"consensus": [3, 12], "tolerance": 3, "seen_by": [["lens", "spectrum"], ["similarity"]],
+         "intervals": [{**span(1, 3, 3, 3, 1.0), "moved": 0}, {**span(2, 12, 11, 13, 0.9), "moved": 40}],
+         "moved": [{"excl_massive": 0, "no_layer0": None}, {"excl_massive": 1, "no_layer0": None}],
+         "variants": {"excl_massive": {"consensus": [3, 13]}, "no_layer0": {"consensus": []}}}
+    assert rows("atlas", {"m": {"n_layers": 30, "boundaries": b}}) == [
+        ("atlas", "m", "phase boundary 1 at layer 3 of 30 (lens, spectrum)", FRAGILE, "layer 3 [3-3], support 1.00",
+         ("without layer 0 (the embeddings)",)),
+        ("atlas", "m", "phase boundary 2 at layer 12 of 30 (similarity)", FRAGILE,
+         "layer 12 [11-13], support 0.90, moved in 40 of 200 resamples", ("without layer 0 (the embeddings)",))]
 
 
 # --- surgery -------------------------------------------------------------------------------------------------------

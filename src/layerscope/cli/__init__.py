@@ -10,6 +10,7 @@ from . import lens as _lens  # noqa: F401
 from . import report as _report  # noqa: F401
 from . import run as _run  # noqa: F401
 from . import sweep as _sweep  # noqa: F401
+from . import validate as _validate  # noqa: F401
 from .app import app, main
 
 __all__ = ["app", "main"]

@@ -1,43 +1,67 @@
-"""Phase boundaries over depth, counted once per family of measures, with bootstrap intervals.
+"""Change points over depth, as many as the data show: one joint fit per family of measures, a penalty calibrated on
+the resamples' own noise, and bootstrap intervals.
 
     fit = bootstrap_boundaries(
         {"lens_kl": (layers, values), ...},                 # values: (R + 1, L), row 0 the full data,
         {"lens": ("lens_kl", "lens_top1_agree"), ...},      # rows 1.. the bootstrap resamples
         tolerance=3)
-    fit.measures["lens_kl"]        # [b1, b2]: that measure's breaks on the full data (layers)
-    fit.families["lens"]           # [b1, b2]: the family's breaks (lower median over its measures)
-    fit.consensus                  # [b1, b2]: lower median over the families
-    fit.intervals                  # one Boundary per family (and "consensus") per break: value, ci, support
+    fit.families["lens"]           # [2, 11, 21]: that family's breaks on the full data (layers)
+    fit.consensus                  # [2, 4, 11, 15, ...]: every family's breaks, merged across families
+    fit.intervals                  # one Boundary per break of each family and of the consensus: ci, support, ...
+    fit.penalties["lens"]          # the calibrated penalty per break (in the family's noise units)
 
-Each profile gets the exhaustive piecewise-linear fit of :mod:`layerscope.measures.changepoints` (``n_breaks``
-breaks, segments of at least ``min_size`` points); its breaks are the first layers of the new segments. Measures
-that react to the same event (e.g. a norm, a massive-activation ratio and a spectrum all driven by one outlier
-token) form a family, and a family casts one vote: its k-th break is the lower median (an actual layer, the
-smaller of two middle values) of its measures' k-th breaks; the consensus is the lower median over families.
+**The fit.** A family's measures are cut at the same layers: each measure is divided by its noise level (the
+root mean square over layers of the resamples' deviations from their mean), and a cut's cost is the residual sum
+of squares of independent least-squares lines per segment, summed over the measures
+(:mod:`layerscope.measures.changepoints`, searched exactly by ``ruptures``). The number of breaks is the one that
+minimises cost + penalty x breaks.
 
-Uncertainty: every resample (texts drawn with replacement, each measure recomputed) is refitted the same way.
-A boundary's interval is the ``level`` percentile interval of its resampled values (lower and higher order
-statistics, so the ends are layers); ``support`` is the fraction of resamples in which that family (or the
-consensus) has any break within ``tolerance`` layers of the full-data value. ``drop_first`` leaves out each
+**The penalty.** A profile with no change is a straight line plus noise like the resamples'. For each resample r,
+the family's null profile is the full data's straight-line fit plus that resample's deviation from the resamples'
+mean, and its critical penalty is the smallest penalty at which the null gets no break (``max_k (C_0 - C_k) / k``).
+The families' penalties are set together so that, over the null profiles, the chance that any family gets a
+break is ``alpha`` (a max-type calibration: each family's critical penalties ranked, the largest rank per resample,
+its 1 - alpha quantile taken in every family). A profile with no change then gets an extra break, in any family, at
+about rate ``alpha``.
+
+**The consensus.** Every family's breaks, merged across families when they lie within ``merge`` layers of each
+other (the lower median of the merged ones; each consensus boundary lists the families that see it): a change
+that one family sees is kept, and a change that three families see counts once.
+
+**Uncertainty.** Every resample is cut with the same penalties and merged the same way. For each full-data
+boundary, a resample's value is its break (of that family, or of the consensus) nearest to it if within
+``tolerance`` layers; ``support`` is the fraction of resamples that have one, the interval is the ``level``
+percentile interval of those values (lower and higher order statistics), widened to their range when that interval
+is a single layer but some resample put the boundary elsewhere, so a zero-width interval means that no resample moved
+it; ``moved`` counts the resamples where it was not at the full-data layer. A consensus boundary's interval also
+spans the families' own breaks it joins (families that see one change one layer apart leave its place open by that
+layer). ``drop_first`` leaves out each
 profile's first point (the one made from layer 0, the embeddings) before fitting.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .changepoints import many_breaks
+from .changepoints import path_of, penalised_breaks, segment_costs
 
 CONSENSUS = "consensus"
+MERGE = 1
+"""Layers within which breaks of different families are one consensus boundary (a family on hidden states and one
+on transitions between them put the same change one layer apart)."""
+ALPHA = 0.05
+"""The chance that a profile with no change gets an extra break, in any family (the penalties' calibration)."""
 
 
 @dataclass(frozen=True)
 class Boundary:
-    """The ``index``-th break (1-based) of ``family`` (or "consensus"): ``value`` on the full data (a layer),
-    ``ci_lo``/``ci_hi`` its bootstrap interval, ``support`` the fraction of resamples with a break within the
-    tolerance of it, ``n`` the resamples in which it was defined."""
+    """A break of ``family`` (or "consensus"), the ``index``-th from the top (1-based): ``value`` on the full data
+    (a layer), ``ci_lo``/``ci_hi`` its bootstrap interval, ``support`` the fraction of resamples with a break within
+    the tolerance of it, ``n`` the resamples it was measured on, ``moved`` those where it was not at ``value`` (or
+    absent), ``families`` the families that see it (for the consensus; the family itself otherwise)."""
 
     family: str
     index: int
@@ -46,16 +70,26 @@ class Boundary:
     ci_hi: int
     support: float
     n: int
+    moved: int = 0
+    families: tuple[str, ...] = ()
 
 
 @dataclass
 class BoundaryFit:
     measures: dict[str, list[int]]
+    """Each measure of the profiles (in a family or not) alone on the full data, at its own calibrated penalty (a
+    description: the family's joint fit is what counts)."""
     families: dict[str, list[int]]
     consensus: list[int] | None
     intervals: list[Boundary]
     skipped: dict[str, str] = field(default_factory=dict)
     """Measures that could not be fitted on the full data, with why."""
+    penalties: dict[str, float] = field(default_factory=dict)
+    """Each family's penalty per break, in its noise units."""
+    seen_by: list[tuple[str, ...]] = field(default_factory=list)
+    """Per consensus boundary, the families that see it."""
+    resampled: list[list[int]] = field(default_factory=list)
+    """The consensus of every resample (what the intervals are made from)."""
 
 
 def lower_median(values: np.ndarray, axis: int = 0) -> np.ndarray:
@@ -64,70 +98,175 @@ def lower_median(values: np.ndarray, axis: int = 0) -> np.ndarray:
     return np.take(ordered, (ordered.shape[axis] - 1) // 2, axis=axis)
 
 
+@dataclass
+class _Family:
+    layers: np.ndarray
+    """(L,) the layer each point stands for."""
+    z: np.ndarray
+    """(R + 1, L, M) the members divided by their noise levels; rows with a non-finite value removed."""
+    rows: np.ndarray
+    """Which of the R + 1 rows ``z`` holds (row 0 always)."""
+    unit: np.ndarray
+    """(R', L, M) the kept resamples' deviations from their mean, in noise units."""
+
+
 def bootstrap_boundaries(profiles: dict[str, tuple[list[int], np.ndarray]], families: dict[str, tuple[str, ...]],
-                         tolerance: int, n_breaks: int = 2, min_size: int = 2, level: float = 0.95,
-                         drop_first: bool = False) -> BoundaryFit:
-    """Breaks per measure, family and consensus on the full data (row 0 of each profile) and on every resample
-    (the other rows), with intervals and support (module docstring). A measure with a non-finite value in row 0,
-    or too few points, is skipped (and says why); a resample where a measure is not finite leaves that measure
-    out of its family for that resample only."""
-    per_measure, skipped = {}, {}
+                         tolerance: int, min_size: int = 2, level: float = 0.95, drop_first: bool = False,
+                         alpha: float = ALPHA, merge: int = MERGE, per_measure: bool = True) -> BoundaryFit:
+    """Breaks per family and consensus on the full data (row 0 of each profile) and on every resample (the other
+    rows), with calibrated penalties, intervals and support (module docstring). A measure with a non-finite value in
+    row 0, too few points, or resamples that never vary (no noise level to calibrate on) is skipped and says why;
+    a resample where a member is not finite is left out of its family. ``per_measure``: also fit each measure
+    alone (:attr:`BoundaryFit.measures`)."""
+    skipped: dict[str, str] = {}
+    kept: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for name, (layers, values) in profiles.items():
         values = np.atleast_2d(np.asarray(values, dtype=np.float64))
         layers = np.asarray(layers)
         if drop_first:
             layers, values = layers[1:], values[:, 1:]
-        if len(layers) < (n_breaks + 1) * min_size:
-            skipped[name] = f"{len(layers)} layers, fewer than {(n_breaks + 1) * min_size} for {n_breaks + 1} " \
-                            f"segments of {min_size}"
+        reason = _unusable(values, len(layers), min_size)
+        if reason:
+            skipped[name] = reason
             continue
-        if not np.isfinite(values[0]).all():
-            skipped[name] = "a value is not finite"
-            continue
-        finite = np.isfinite(values).all(axis=1)
-        found = np.full((len(values), n_breaks), np.nan)
-        found[finite] = layers[many_breaks(values[finite], n_breaks, min_size)]
-        per_measure[name] = found  # (R + 1, n_breaks) layers, NaN where a resample was not finite
-    voted = {family: _vote([per_measure[m] for m in members if m in per_measure])
-             for family, members in families.items()}
-    voted = {family: v for family, v in voted.items() if v is not None}
-    consensus = _vote(list(voted.values()))
-    intervals = [b for family, v in voted.items() for b in _interval(family, v, tolerance, level)]
-    if consensus is not None:
-        intervals += _interval(CONSENSUS, consensus, tolerance, level)
-    return BoundaryFit(measures={m: [int(b) for b in v[0]] for m, v in per_measure.items()},
-                       families={f: [int(b) for b in v[0]] for f, v in voted.items()},
-                       consensus=None if consensus is None else [int(b) for b in consensus[0]],
-                       intervals=intervals, skipped=skipped)
+        kept[name] = (layers, values)
+    prepared = {f: _prepare({m: kept[m] for m in members if m in kept}) for f, members in families.items()}
+    prepared = {f: p for f, p in prepared.items() if p is not None}
+    critical = {f: _critical(p, min_size) for f, p in prepared.items()}
+    penalties = _calibrate(critical, alpha)
+    fitted = {f: _fit_rows(p, penalties[f], min_size) for f, p in prepared.items()}
+    n_rows = 1 + max((len(v) - 1 for _, v in kept.values()), default=0)
+    intervals: list[Boundary] = []
+    for f, rows in fitted.items():
+        intervals += _intervals(f, rows[0], [rows.get(r) for r in range(1, n_rows)], tolerance, level, (f,))
+    consensus, seen, resampled = None, [], []
+    if fitted:
+        merged = [_merge({f: rows[r] for f, rows in fitted.items() if r in rows}, merge) for r in range(n_rows)]
+        consensus, seen = [b for b, _, _ in merged[0]], [fs for _, fs, _ in merged[0]]
+        resampled = [[b for b, _, _ in m] for m in merged[1:]]
+        spans = [span for _, _, span in merged[0]]
+        intervals += [dataclasses.replace(b, ci_lo=min(b.ci_lo, lo), ci_hi=max(b.ci_hi, hi))
+                      for b, (lo, hi) in zip(_intervals(CONSENSUS, consensus, resampled, tolerance, level, None, seen),
+                                             spans, strict=True)]
+    measures = {}
+    if per_measure:
+        for name in kept:
+            alone = _prepare({name: kept[name]})
+            if alone is not None:
+                pen = _calibrate({name: _critical(alone, min_size)}, alpha)[name]
+                measures[name] = _fit_rows(alone, pen, min_size, only_full=True)[0]
+    return BoundaryFit(measures=measures, families={f: rows[0] for f, rows in fitted.items()},
+                       consensus=consensus, intervals=intervals, skipped=skipped,
+                       penalties={f: float(p) for f, p in penalties.items()}, seen_by=seen, resampled=resampled)
 
 
-def _vote(members: list[np.ndarray]) -> np.ndarray | None:
-    """(R + 1, n_breaks): per resample and break the lower median over the members that have one (NaN: none);
-    None when no member is defined on the full data."""
+def _unusable(values: np.ndarray, n_points: int, min_size: int) -> str | None:
+    if n_points < 2 * min_size:
+        return f"{n_points} layers, fewer than {2 * min_size} for 2 segments of {min_size}"
+    if not np.isfinite(values[0]).all():
+        return "a value is not finite"
+    resamples = values[1:][np.isfinite(values[1:]).all(axis=1)]
+    if len(resamples) < 2 or not np.any(resamples - resamples.mean(axis=0)):
+        return "its resamples never vary, so there is no noise level to calibrate a change against"
+    return None
+
+
+def _prepare(members: dict[str, tuple[np.ndarray, np.ndarray]]) -> _Family | None:
+    """The family's members on their common layers, in noise units; None without a usable member."""
     if not members:
         return None
-    stacked = np.stack(members)  # (M, R + 1, n_breaks)
-    ordered = np.sort(stacked, axis=0)  # NaN last
-    count = np.isfinite(stacked).sum(axis=0)  # (R + 1, n_breaks)
-    index = np.maximum(count - 1, 0) // 2
-    out = np.take_along_axis(ordered, index[None], axis=0)[0]
-    out[count == 0] = np.nan
-    return out if np.isfinite(out[0]).all() else None
+    common = sorted(set.intersection(*(set(layers.tolist()) for layers, _ in members.values())))
+    stacked = []
+    for layers, values in members.values():
+        index = np.searchsorted(layers, common)
+        stacked.append(values[:, index])
+    y = np.stack(stacked, axis=-1)  # (R + 1, L, M)
+    rows = np.flatnonzero(np.isfinite(y).all(axis=(1, 2)) | (np.arange(len(y)) == 0))
+    y = y[rows]
+    deviation = y[1:] - y[1:].mean(axis=0)
+    noise = np.sqrt((deviation ** 2).mean(axis=(0, 1)))  # (M,) every member varies (_unusable)
+    return _Family(np.asarray(common), y / noise, rows, deviation / noise)
 
 
-def _interval(family: str, breaks: np.ndarray, tolerance: int, level: float) -> list[Boundary]:
-    full, resampled = breaks[0], breaks[1:]
-    defined = np.isfinite(resampled).all(axis=1)
-    near = (np.abs(resampled[defined][:, :, None] - full[None, None, :]) <= tolerance).any(axis=1)  # (R', k)
+def _critical(p: _Family, min_size: int) -> np.ndarray:
+    """(R',) each null profile's critical penalty: the full data's straight line per member plus one resample's
+    deviation."""
+    z0 = p.z[0]
+    x = np.arange(len(z0), dtype=np.float64)
+    xc = x - x.mean()
+    slope = xc @ (z0 - z0.mean(axis=0)) / (xc @ xc)
+    line = z0.mean(axis=0) + xc[:, None] * slope
+    tables = segment_costs(line[None] + p.unit, min_size)
+    return np.array([path_of(t, None, min_size).critical_penalty() for t in tables])
+
+
+def _calibrate(critical: dict[str, np.ndarray], alpha: float) -> dict[str, float]:
+    """Penalties such that the share of null profiles on which any family gets a break is at most ``alpha``: per
+    family the critical penalty of the same rank share, that share being the 1 - alpha quantile of the largest
+    per-resample rank share over the families (ranks within a family; resamples a family could not use count as its
+    lowest rank). With one family: the 1 - alpha quantile (``method="higher"``) of its critical penalties."""
+    if not critical:
+        return {}
+    n = max(len(c) for c in critical.values())
+    shares = np.zeros((len(critical), n))
+    for i, c in enumerate(critical.values()):
+        shares[i, : len(c)] = (np.argsort(np.argsort(c, kind="stable"), kind="stable") + 1) / len(c)
+    level = np.quantile(shares.max(axis=0), 1 - alpha, method="higher")
+    return {f: float(np.sort(c)[max(int(np.ceil(level * len(c) - 1e-9)), 1) - 1]) for f, c in critical.items()}
+
+
+def _fit_rows(p: _Family, penalty: float, min_size: int, only_full: bool = False) -> dict[int, list[int]]:
+    """{row: breaks (layers)} at ``penalty`` for the full data (row 0) and every kept resample."""
+    z = p.z[:1] if only_full else p.z
+    tables = segment_costs(z, min_size)
+    out = {}
+    for row, table in zip(p.rows, tables, strict=False):
+        out[int(row)] = [int(p.layers[b]) for b in penalised_breaks(table, penalty, min_size)]
+    return out
+
+
+def _merge(breaks: dict[str, list[int]], merge: int) -> list[tuple[int, tuple[str, ...], tuple[int, int]]]:
+    """Every family's breaks, those within ``merge`` layers of the first of a run joined into one: its lower median,
+    the families that had one there, and the first and last of the joined breaks (the consensus interval spans
+    them: the families put the one change at those layers)."""
+    points = sorted((b, f) for f, bs in breaks.items() for b in bs)
+    out, i = [], 0
+    while i < len(points):
+        j = i
+        while j + 1 < len(points) and points[j + 1][0] - points[i][0] <= merge:
+            j += 1
+        run = points[i : j + 1]
+        values = np.array([b for b, _ in run])
+        out.append((int(lower_median(values)), tuple(sorted({f for _, f in run})), (int(values.min()),
+                                                                                   int(values.max()))))
+        i = j + 1
+    return out
+
+
+def _intervals(family: str, full: list[int], resampled: list[list[int] | None], tolerance: int, level: float,
+               families: tuple[str, ...] | None, seen: list[tuple[str, ...]] | None = None) -> list[Boundary]:
+    """One :class:`Boundary` per full-data break; ``resampled``: each resample's breaks (None: not measured)."""
+    usable = [r for r in resampled if r is not None]
     out = []
     for k, value in enumerate(full):
-        column = resampled[defined, k]
-        if len(column):
-            lo = np.quantile(column, (1 - level) / 2, method="lower")
-            hi = np.quantile(column, 1 - (1 - level) / 2, method="higher")
-            support = float(near[:, k].mean())
+        near = []
+        for breaks in usable:
+            if breaks:
+                nearest = min(breaks, key=lambda b, v=value: (abs(b - v), b))
+                if abs(nearest - value) <= tolerance:
+                    near.append(nearest)
+        moved = len(usable) - sum(1 for b in near if b == value)
+        if near:
+            column = np.array(near)
+            lo = int(np.quantile(column, (1 - level) / 2, method="lower"))
+            hi = int(np.quantile(column, 1 - (1 - level) / 2, method="higher"))
+            if lo == hi and (column != lo).any():
+                lo, hi = int(column.min()), int(column.max())
+            lo, hi = min(lo, value), max(hi, value)
+            support = len(near) / len(usable)
         else:
             lo = hi = value
-            support = float("nan")
-        out.append(Boundary(family, k + 1, int(value), int(lo), int(hi), support, int(defined.sum())))
+            support = 0.0 if usable else float("nan")
+        out.append(Boundary(family, k + 1, int(value), lo, hi, float(support), len(usable), int(moved),
+                            families if families is not None else tuple(seen[k])))
     return out

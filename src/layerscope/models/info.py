@@ -46,6 +46,15 @@ class ModelInfo:
     device: str
     max_positions: int | None = None
     """The most tokens one text may have (``max_position_embeddings`` or ``n_positions``); ``None``: no limit."""
+    plant: tuple[dict, ...] = ()
+    """One record per plant applied (:mod:`layerscope.plant`), oldest first; ``()`` for a model as loaded. A
+    record is plain JSON: ``{"kind": "identity", "at": 15, "k": 4, "base": ..., "base_weights_hash": ...,
+    "n_layers_before": 30, "n_layers_after": 34, "state_map": [...]}``, where ``state_map[s]`` is this model's
+    hidden state that corresponds to hidden state ``s`` of the model it was planted in (``None``: none does)."""
+
+    def __post_init__(self):
+        # read back from JSON (a cached entry's meta, a saved Activations), the records come as a list
+        object.__setattr__(self, "plant", tuple(self.plant))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

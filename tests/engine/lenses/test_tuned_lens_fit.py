@@ -1,8 +1,10 @@
-"""The tuned lens's pieces against independent computations: the held-out split keeps a group on one side, a
-held-out position is dropped exactly when a training text starts with its prefix (a naive loop over every
-training prefix), the least-squares start is numpy's lstsq of the ridge problem written out, the shortlist KL is
-the full KL by hand (and its sampled estimate, log-Q weights checked by hand, averages to it), the bfloat16 head
-agrees with float32, and a step larger than the corpus repeats the rows evenly."""
+"""The tuned lens's pieces against independent computations: the held-out split keeps a group on one side (and
+the default corpus a model-written sample with its source text, through to the trained lens), a held-out position
+is dropped exactly when a training text starts with its prefix (a naive loop over every training prefix), the
+least-squares start is numpy's lstsq of the ridge problem written out (and the trained lens's start that fit on
+every position but 0, from unbatched forward passes), the shortlist KL is the full KL by hand (and its sampled
+estimate, log-Q weights checked by hand, averages to it), the bfloat16 head agrees with float32, and a step larger
+than the corpus repeats the rows evenly."""
 
 import math
 
@@ -11,7 +13,10 @@ import pytest
 import torch
 
 import tiny
+from atlas_reference import reference
+from layerscope.data.texts import load_texts
 from layerscope.engine.forward.batching import tokenize
+from layerscope.engine.lenses import tuned_cache
 from layerscope.engine.lenses.logit import final_norm
 from layerscope.engine.lenses.tuned_fit import Shortlist, head_dtype, least_squares_start, shortlist_kl
 from layerscope.engine.lenses.tuned_rows import LensRows, cache_rows, target_terms
@@ -96,6 +101,66 @@ def test_unseen_positions_on_planted_ids():
     assert got == [[False, False, False, False, True], [False, False, True], [True, True, True], [False], []]
 
 
+def caught_samples(monkeypatch):
+    """A list that fills with the (source index, text) pairs :func:`.tuned_cache.model_samples` hands back."""
+    real, caught = tuned_cache.model_samples, []
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        caught.extend(out)
+        return out
+
+    monkeypatch.setattr(tuned_cache, "model_samples", spy)
+    return caught
+
+
+def test_the_default_corpus_keeps_every_model_sample_on_its_source_texts_side(monkeypatch):
+    """Each text the model writes in the default corpus shares its source's first two tokens (its state rows there
+    are copies of the source's), so the held-out split must never put a sample on the other side from its source:
+    the samples are caught as ``model_samples`` hands them back (source index, text), the split is redone by seed."""
+    caught = caught_samples(monkeypatch)
+    lm = tiny.tiny_lm("llama")
+    texts, groups, _ = tuned_cache.default_corpus(lm, seed=0, new_tokens=2)
+    bundled = list(load_texts(None).texts)
+    assert texts[: len(bundled)] == bundled and len(groups) == len(texts)
+    samples = [(source, text) for source, text in caught if text.strip()]
+    assert len(samples) > 0.9 * len(bundled) and len(texts) == len(bundled) + len(samples)
+    for k, (source, text) in enumerate(samples):
+        i = len(bundled) + k
+        assert texts[i] == text and groups[i] == groups[source], (i, source, text)
+    held_some = 0
+    for seed in range(40):
+        train, held = split_holdout(texts, 0.1, seed, groups)
+        side = {i: "held" for i in held} | {i: "train" for i in train}
+        for k, (source, _) in enumerate(samples):
+            assert side[len(bundled) + k] == side[source], (seed, source)
+        held_some += any(side[len(bundled) + k] == "held" for k in range(len(samples)))
+    assert held_some == 40  # every split holds some samples out (with their sources)
+
+
+def test_a_lens_trained_on_the_default_corpus_fits_no_sample_whose_source_is_held_out(monkeypatch, tmp_path):
+    """``trained_lens`` without texts: the default corpus and its groups, through to the split the training uses.
+    The least-squares start reports every training text with a row past position 0 (``on_step(-1, texts)``); a
+    sample and its source (both of 3 tokens or more) are there together or not at all."""
+    caught = caught_samples(monkeypatch)
+    lm = tiny.tiny_lm("llama")
+    fitted = []
+    lens, _, trained_now = tuned_cache.trained_lens(
+        lm, out=tmp_path / "lens", steps=1, tokens_per_step=64, progress=False,
+        on_step=lambda step, index: fitted.append(set(index.tolist())) if step < 0 else None)
+    assert trained_now and len(fitted) == 1
+    bundled = list(load_texts(None).texts)
+    samples = [(source, text) for source, text in caught if text.strip()]
+    long = lambda text: len(lm.tokenizer(text)["input_ids"]) >= 3  # noqa: E731
+    pairs = [(source, len(bundled) + k) for k, (source, text) in enumerate(samples)
+             if long(bundled[source]) and long(text)]
+    assert len(pairs) > 0.8 * len(bundled)
+    split = [(source in fitted[0], sample in fitted[0]) for source, sample in pairs]
+    assert all(a == b for a, b in split), [p for p, (a, b) in zip(pairs, split, strict=True) if a != b][:5]
+    assert (False, False) in split and (True, True) in split  # some pairs held out, some trained on
+    assert lens.record["corpus"]["heldout_texts"] > 0
+
+
 # -- the least-squares start -------------------------------------------------------------------------------------
 
 def hand_ridge(h, t, ridge):
@@ -149,6 +214,30 @@ def test_least_squares_start_recovers_an_exact_affine_map():
     np.testing.assert_allclose(bias.numpy(), b0, atol=1e-6)
     strong, _ = least_squares_start(torch.from_numpy(h), torch.from_numpy(t), ridge=1e3)
     assert float(strong.abs().max()) < 0.05 * float(np.abs(w0).max())  # a strong ridge pulls W toward 0
+
+
+def test_the_least_squares_start_is_lstsq_on_every_position_but_the_first():
+    """With the KL steps frozen (one Adam step at learning rate 0) the lens is its least-squares start; it equals
+    numpy's lstsq of the ridge problem on the rows of every scored position except position 0 (the attention
+    sink), each text run alone here, the target the last block's output (caught by a forward hook)."""
+    lm = tiny.tiny_lm("llama")
+    texts = tiny.TEXTS + tiny.CORPUS
+    lens = train_tuned_lens(lm, texts, holdout=0.0, steps=1, lr=0.0, seed=0, progress=False)
+    assert lens.record["init"] == "lstsq" and lens.record["ridge"] == 1e-3
+    ref = reference(lm, texts)
+    n_layers = lm.info.n_layers
+    for layer in range(n_layers):
+        h, t, h0, t0 = [], [], [], []
+        for r in ref:
+            for k in range(len(r["ids"]) - 1):  # position k is scored: it has a next token
+                (h if k > 0 else h0).append(r["states"][layer][k])
+                (t if k > 0 else t0).append(r["states"][n_layers][k])
+        want_w, want_b = hand_ridge(np.array(h), np.array(t), 1e-3)
+        got = lens.translators[layer]
+        np.testing.assert_allclose(got.weight.detach().double().numpy(), want_w, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(got.bias.detach().double().numpy(), want_b, rtol=0, atol=1e-6)
+        with_first, first_b = hand_ridge(np.array(h0 + h), np.array(t0 + t), 1e-3)  # what position 0 would do
+        assert max(np.abs(with_first - want_w).max(), np.abs(first_b - want_b).max()) > 1e-3, layer
 
 
 # -- the shortlist KL --------------------------------------------------------------------------------------------

@@ -159,20 +159,24 @@ class Atlas(Study):
     verdicts = staticmethod(study_claims)
 
     def numbers(self, result: StudyResult, model: str) -> dict[str, float]:
-        """The consensus phase boundaries (% depth) and their interval widths (layers), the anisotropy L*, the layer
-        of peak TwoNN dimension and the logit lens's KL half-way layer (% depth)."""
+        """How many consensus change points, and how many of them two or more families see; the first two of those
+        (% depth) and their interval widths (layers); the anisotropy L*, the layer of peak TwoNN dimension and the
+        logit lens's KL half-way layer (% depth)."""
         s: AtlasModel = result.summary["models"][model]
-        n = s["n_layers"]
-        first, second = s["boundaries"]["consensus"] or (float("nan"), float("nan"))
-        widths = {b["index"]: b["ci_hi"] - b["ci_lo"] for b in s["boundaries"]["intervals"]
-                  if b["family"] == "consensus"}
-        return {"boundary_1_depth_pct": 100 * first / n, "boundary_2_depth_pct": 100 * second / n,
-                "boundary_1_ci_width": widths.get(1, float("nan")), "boundary_2_ci_width": widths.get(2, float("nan")),
+        n, b = s["n_layers"], s["boundaries"]
+        nan = float("nan")
+        spans = [x for x in b["intervals"] if x["family"] == "consensus" and len(x.get("families", [])) >= 2]
+        first, second = (spans + [None, None])[:2]
+        return {"n_boundaries": float(len(b["consensus"] or [])), "n_shared_boundaries": float(len(spans)),
+                "boundary_1_depth_pct": 100 * first["value"] / n if first else nan,
+                "boundary_2_depth_pct": 100 * second["value"] / n if second else nan,
+                "boundary_1_ci_width": first["ci_hi"] - first["ci_lo"] if first else nan,
+                "boundary_2_ci_width": second["ci_hi"] - second["ci_lo"] if second else nan,
                 "l_star": s["l_star"], "twonn_peak_layer": s["twonn_peak_layer"],
                 "lens_kl_half_depth_pct": 100 * s["lens_kl_half_layer"] / n}
 
     def headline(self, result: StudyResult) -> list[str]:
-        """One line per model: the phase boundaries with their intervals, which are fragile, and the distances to the
-        thirds and to L*."""
+        """One line per model: the phase boundaries two or more families see, with their intervals and which are
+        fragile, the change points one family sees alone, and the distances to the thirds and to L*."""
         summary: AtlasSummary = result.summary
         return [headline_line(model, s) for model, s in summary["models"].items()]

@@ -12,6 +12,7 @@ import pandas as pd
 
 from ...report.markdown import bits, md_table, md_text, number
 from ...study.result import StudyResult
+from ...study.validated import note
 from .boundaries import FAMILIES, VARIANTS
 from .summary import AtlasModel, AtlasSummary, Boundaries
 
@@ -35,10 +36,38 @@ def _span(b: dict) -> str:
     return f"{b['value']} [{b['ci_lo']}-{b['ci_hi']}]"
 
 
+def _layers(values: list[int] | None) -> str:
+    return ", ".join(map(str, values)) if values else "none"
+
+
 def headline_line(model: str, s: AtlasModel) -> str:
     b = s["boundaries"]
     if b["consensus"] is None:
         return f"{model}: no family of measures had enough finite layers for phase boundaries"
+    if "seen_by" not in b:
+        return _two_break_headline(model, s)
+    if not b["consensus"]:
+        return (f"{model} ({s['n_layers']} layers): no profile changes course beyond its resamples' noise (penalty "
+                f"calibrated to {b['alpha']:.0%} false alarms); L* = {b['l_star']}")
+    spans = {x["index"]: x for x in b["intervals"] if x["family"] == "consensus"}
+    shared = [f"{_span(spans[k + 1])}{' (fragile)' if b['fragile'][k] else ''}"
+              for k, seen in enumerate(b["seen_by"]) if len(seen) >= 2]
+    alone = [c for c, seen in zip(b["consensus"], b["seen_by"], strict=True) if len(seen) < 2]
+    star = (f"L* = {b['l_star']}, {b['l_star_distance']} layer(s) from the nearest "
+            f"{'+'.join(b['l_star_families'])} change point") if b["l_star_consensus"] else f"L* = {b['l_star']}"
+    shared_words = (f"phase boundaries seen by two or more families at layers {', '.join(shared)}" if shared else
+                    "no change point seen by two or more families")
+    alone_words = f"; one family alone at {_layers(alone)}" if alone else ""
+    return (f"{model} ({s['n_layers']} layers): {shared_words}{alone_words} (95 % bootstrap intervals, "
+            f"{b['n_resamples']} resamples; number chosen by a penalty calibrated to {b['alpha']:.0%} false alarms); "
+            f"thirds at {b['thirds'][0]}, {b['thirds'][1]} ({b['thirds_distance'][0]} and "
+            f"{b['thirds_distance'][1]} layers from the nearest); {star}")
+
+
+def _two_break_headline(model: str, s: AtlasModel) -> str:
+    """The headline of a result.json written before layerscope chose the number of breaks (always two, each the
+    lower median over families), as it was printed then."""
+    b = s["boundaries"]
     spans = {x["index"]: x for x in b["intervals"] if x["family"] == "consensus"}
     parts = [f"{_span(spans[k + 1])}{' (fragile)' if b['fragile'][k] else ''}" for k in range(2)]
     star = (f"L* = {b['l_star']}, {b['l_star_distance']} layer(s) from the {'+'.join(b['l_star_families'])} "
@@ -63,15 +92,20 @@ def report(result: StudyResult) -> str:
            "translator per layer before the final norm), the four lens measures are also read through it "
            "(tuned_lens_*), its KL and top-1 agreement form the lens family, and the logit lens's are a check "
            "(variant logit_lens).", "",
-           "**Boundaries.** Each profile gets a least-squares piecewise-linear fit with 2 breaks. Measures driven "
-           "by the same thing vote once, as a family (the lower median of its measures' breaks): "
+           "**Boundaries.** Measures driven by the same thing are cut together, as a family: "
            + "; ".join(f"{f}: {', '.join(NAMES[m] for m in ms)}" for f, ms in FAMILIES.items())
-           + ". The consensus is the lower median over families. Each boundary's interval is the 95 % percentile "
-           "interval over resamples of the texts (drawn with replacement, every measure recomputed, seeded), and "
-           "its support the fraction of resamples with a break within the tolerance. A boundary that moves by "
-           "more than the tolerance under one of the checks (without position 0 and the massive tokens, without "
-           "layer 0, segments of at least 3 layers) is called fragile. All comparisons below are descriptive: no "
-           "p-value is claimed.", ""]
+           + ". Each measure is divided by its noise level (the resamples' spread), and the family's profiles get "
+           "one least-squares piecewise-linear fit with breaks at the same layers, as many as a penalty per break "
+           "allows. The penalty is calibrated on the resamples' own noise: a straight line plus one resample's "
+           "deviation is a profile with no change, and the families' penalties are set so that such a profile gets "
+           "a break in any family 5 % of the time. The consensus is every family's change points, merged across "
+           "families within one layer, each with the families that see it (a change three families see counts "
+           "once). Each boundary's interval is the 95 % percentile interval over resamples of the texts (drawn with "
+           "replacement, every measure recomputed, seeded) of the nearest break within the tolerance, widened to "
+           "their range when some resample moved it, so a zero-width interval means no resample did; its support "
+           "is the fraction of resamples with such a break. A boundary with no boundary of one of the checks "
+           "(without position 0 and the massive tokens, without layer 0, segments of at least 3 layers) within the "
+           "tolerance is called fragile. The comparisons with the thirds and L* are descriptive.", ""]
     for model, s in summary["models"].items():
         out += model_section(result.table, model, s)
     if summary["cross_model"]:
@@ -87,20 +121,25 @@ def model_section(table: pd.DataFrame, model: str, s: AtlasModel) -> list[str]:
            f"{s['n_scored']} scored)", ""]
     if b["consensus"] is None:
         return [*out, "No family of measures had enough finite layers for phase boundaries.", ""]
-    out += [f"**Phase boundaries.** {boundary_sentence(b)}", "", lens_line(s), "", conventions_line(s), ""]
-    rows = [[x["family"], x["index"], _span(x), number(x["support"], 2)] for x in b["intervals"]]
-    out += [md_table(["family", "boundary", "layer [95 % interval]", "support"], rows), ""]
-    out += ["**Sensitivity.** The consensus boundaries under each check, and how far each moves:", ""]
-    sens = [["default", VARIANTS["default"], *(str(c) for c in b["consensus"])]]
+    out += [f"**Phase boundaries.** {boundary_sentence(b)}", "", validation_line(model), "", lens_line(s), "",
+            conventions_line(s), ""]
+    rows = [[x["family"], x["index"], _span(x), number(x["support"], 2), f"{x.get('moved', 0)} of {x['n']}",
+             ", ".join(x.get("families", []))] for x in b["intervals"]]
+    out += [md_table(["family", "boundary", "layer [95 % interval]", "support", "moved", "seen by"], rows), ""]
+    out += ["**Sensitivity.** The consensus boundaries under each check, and the shift from each default boundary to "
+            "the nearest boundary of the check:", ""]
+    sens = [["default", VARIANTS["default"], _layers(b["consensus"]), ""]]
     for v, variant in b["variants"].items():
-        c, moved = variant["consensus"], [m[v] for m in b["moved"]]
-        sens.append([v, VARIANTS[v], *("not fitted" if c is None else f"{c[k]} ({moved[k]:+d})" for k in range(2))])
-    out += [md_table(["variant", "what changes", "1st boundary", "2nd boundary"], sens), ""]
+        c = variant["consensus"]
+        shifts = ", ".join("-" if m[v] is None else f"{m[v]:+d}" for m in b["moved"])
+        sens.append([v, VARIANTS[v], "not fitted" if c is None else _layers(c), shifts])
+    out += [md_table(["variant", "what changes", "boundaries", "shift of each default boundary"], sens), ""]
     out += [fragility_sentence(b), ""]
     family_of = {m: f for f, ms in b["families"].items() for m in ms}
-    rows = [[NAMES[m], family_of.get(m, ""), *(b["per_metric"][m] if m in b["per_metric"] else ["-", "-"]),
-             md_text(b["skipped"].get(m, ""))] for m in NAMES if m in b["per_metric"] or m in b["skipped"]]
-    out += [md_table(["measure", "family", "1st change point", "2nd change point", "note"], rows), ""]
+    rows = [[NAMES[m], family_of.get(m, ""), _layers(b["per_metric"].get(m)), md_text(b["skipped"].get(m, ""))]
+            for m in NAMES if m in b["per_metric"] or m in b["skipped"]]
+    out += [md_table(["measure", "family", "its own change points (alone, at its calibrated penalty)", "note"],
+                     rows), ""]
     onset = s["massive_onset_layer"]
     threshold = s["conventions"]["massive_threshold"]
     tuned_half = s.get("tuned_lens_kl_half_layer")
@@ -125,40 +164,51 @@ def model_section(table: pd.DataFrame, model: str, s: AtlasModel) -> list[str]:
 
 
 def boundary_sentence(b: Boundaries) -> str:
-    spans = {x["index"]: x for x in b["intervals"] if x["family"] == "consensus"}
-    first, second = spans[1], spans[2]
+    spans = [x for x in b["intervals"] if x["family"] == "consensus"]
+    listed = "; ".join(f"layer {_span(x)} (support {number(x['support'], 2)}; {', '.join(x.get('families', []))})"
+                       for x in spans) or "none: no profile changes course beyond its resamples' noise"
+    penalties = ", ".join(f"{f} {number(p)}" for f, p in b.get("penalties", {}).items()) or "not recorded"
     star = ("" if not b["l_star_consensus"] else
             f" The anisotropy L* = {b['l_star']} is compared only with the families that do not contain the "
-            f"covariance top-1 share it is made from ({' and '.join(b['l_star_families'])}, boundaries at layers "
-            f"{b['l_star_consensus'][0]} and {b['l_star_consensus'][1]}): {b['l_star_distance']} layer(s) from the "
-            "nearer.")
-    return (f"The consensus puts the boundaries at layer {_span(first)} (support {number(first['support'], 2)}) "
-            f"and layer {_span(second)} (support {number(second['support'], 2)}), from {b['n_resamples']} "
-            f"resamples; tolerance {b['tolerance']} layer(s). The phases study's thirds start at layers "
-            f"{b['thirds'][0]} and {b['thirds'][1]}: {b['thirds_distance'][0]} and {b['thirds_distance'][1]} "
-            f"layers from the boundaries.{star}")
+            f"covariance top-1 share it is made from ({' and '.join(b['l_star_families'])}, change points at layers "
+            f"{_layers(b['l_star_consensus'])}): {b['l_star_distance']} layer(s) from the nearest.")
+    thirds = (f" The phases study's thirds start at layers {b['thirds'][0]} and {b['thirds'][1]}: "
+              f"{b['thirds_distance'][0]} and {b['thirds_distance'][1]} layers from the nearest boundary."
+              if b["thirds_distance"] else "")
+    return (f"The consensus change points: {listed}; from {b['n_resamples']} resamples, tolerance {b['tolerance']} "
+            f"layer(s), penalties per break (noise units) {penalties}.{thirds}{star}")
 
 
 def fragility_sentence(b: Boundaries) -> str:
     words = []
-    for k, shifts in enumerate(b["moved"]):
-        name = ("first", "second")[k]
-        far = {v: m for v, m in shifts.items() if m is not None and abs(m) > b["tolerance"]}
-        if far:
-            moves = ", ".join(f"moves by {m:+d} layers {VARIANTS[v]}" for v, m in far.items())
-            words.append(f"The {name} boundary is fragile: it {moves}; read it as a property of these settings, "
-                         "not as a phase.")
-        else:
-            words.append(f"The {name} boundary stays within {b['tolerance']} layer(s) under every check that "
-                         "could run.")
+    fragile = [f"{c} ({', '.join(f'{v} {m:+d}' if m is not None else f'{v}: none' for v, m in shifts.items())})"
+               for c, shifts, bad in zip(b["consensus"] or [], b["moved"], b["fragile"], strict=True) if bad]
+    if fragile:
+        words.append("Fragile (a check has no boundary within the tolerance of it; read it as a property of these "
+                     "settings, not as a phase): " + "; ".join(fragile) + ".")
+    elif b["consensus"]:
+        words.append(f"Every boundary has a boundary within {b['tolerance']} layer(s) under every check that could "
+                     "run.")
     unfit = {v: x["why"] for v, x in b["variants"].items() if x["consensus"] is None}
     if unfit:
         words.append("Could not be checked: " + "; ".join(f"{v} ({md_text(why)})" for v, why in unfit.items()) + ".")
     massive = b["massive_driven"]
-    words.append(f"Families whose boundaries move by more than the tolerance without position 0 and the massive "
-                 f"tokens (dominated by them): {', '.join(massive)}." if massive else
-                 "No family's boundaries move by more than the tolerance without position 0 and the massive tokens.")
+    words.append(f"Families with a boundary that has no counterpart within the tolerance without position 0 and the "
+                 f"massive tokens (dominated by them): {', '.join(massive)}." if massive else
+                 "Every family's boundaries have a counterpart within the tolerance without position 0 and the "
+                 "massive tokens.")
     return " ".join(words)
+
+
+def validation_line(model: str) -> str:
+    """What the recorded validation card measured of these boundaries on this model, or where to get it."""
+    card = note("atlas boundary", model, ("power", "coverage", "kept", "false_alarm", "recurrence"))
+    if card:
+        return (f"**Validation.** How often this method finds a planted change and how often it finds one where "
+                f"there is none, on this model (docs/validation.md): {card}.")
+    return ("**Validation.** No validation card of this model is recorded; `layerscope validate --model "
+            f"{md_text(model)}` measures how often these boundaries find a planted change and how often one where "
+            "there is none.")
 
 
 def lens_line(s: AtlasModel) -> str:

@@ -1,9 +1,10 @@
 """What the atlas study's summary holds (``result.summary``), as typed dicts.
 
     s: AtlasModel = result.summary["models"]["smollm2-135m"]
-    s["boundaries"]["consensus"]        # [3, 12]: the lower median over families of the first and second boundary
-    s["boundaries"]["per_family"]["lens"]       # [2, 20]
-    s["boundaries"]["intervals"]                # each with ci_lo, ci_hi, support
+    s["boundaries"]["consensus"]        # [2, 4, 11, 21, 29]: every family's change points, merged across families
+    s["boundaries"]["seen_by"]          # [["lens", "similarity", "spectrum"], ["similarity", "spectrum"], ...]
+    s["boundaries"]["per_family"]["lens"]       # [2, 11, 21, 29]
+    s["boundaries"]["intervals"]                # each with ci_lo, ci_hi, support, moved
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ class Interval(TypedDict):
     family: str
     """A family's name (``lens``, ``similarity``, ``spectrum``) or ``consensus``."""
     index: int
-    """1 or 2: the first or second boundary."""
+    """1, 2, ...: the boundary's place in its family's (or the consensus's) list, from the top of the model."""
     value: int
     """The boundary layer on the full data."""
     ci_lo: int
@@ -24,7 +25,12 @@ class Interval(TypedDict):
     support: float
     """The fraction of resamples with a break of that family within the tolerance of ``value``."""
     n: int
-    """Resamples in which it was defined."""
+    """Resamples it was measured on."""
+    moved: int
+    """Resamples in which it was not at ``value`` (elsewhere within the tolerance, or absent): a zero-width
+    interval is printed only when this is 0."""
+    families: list[str]
+    """The families that see it (for the consensus; the family itself otherwise)."""
 
 
 class Variant(TypedDict):
@@ -40,39 +46,50 @@ class Boundaries(TypedDict):
     families: dict[str, list[str]]
     """Which measures vote together (one vote per family)."""
     per_metric: dict[str, list[int]]
-    """Each measure's two change points (layers; the first layer of the new segment)."""
+    """Each measure alone: its change points (layers; the first layer of the new segment) at its own calibrated
+    penalty, on the full data; a description (the families' joint fits are what count)."""
     per_family: dict[str, list[int]]
-    """Each family's two boundaries: the lower median over its measures."""
+    """Each family's change points: its measures cut together, as many as its calibrated penalty allows."""
     skipped: dict[str, str]
     """Measures with no change points, and why (too few layers, not finite)."""
     consensus: list[int] | None
-    """The lower median over families of the first and of the second boundary."""
+    """Every family's change points, merged across families within one layer (ascending; [] when no profile
+    changes course beyond its noise; None when no family could be fitted)."""
+    seen_by: list[list[str]]
+    """Per consensus boundary, the families that see it."""
+    shared: list[int]
+    """The consensus boundaries seen by at least two families (the headline's phase boundaries)."""
+    penalties: dict[str, float]
+    """Each family's penalty per break, in its noise units (calibrated on the resamples)."""
+    alpha: float
+    """The calibrated chance that a profile with no change gets an extra break in any family."""
     intervals: list[Interval]
     """Every family's and the consensus's boundaries with bootstrap intervals and support (default variant)."""
     variants: dict[str, Variant]
     """The same fit without position 0 and massive tokens (``excl_massive``), without layer 0 (``no_layer0``) and
     with segments of at least 3 layers (``min_segment_3``)."""
     moved: list[dict[str, int | None]]
-    """Per consensus boundary: how far each variant moves it (layers; None: the variant could not be fitted, e.g.
-    too few layers for segments of 3)."""
+    """Per consensus boundary: the shift to the nearest consensus boundary of each variant (layers; None: the
+    variant could not be fitted, e.g. too few layers for segments of 3, or has no boundary at all)."""
     fragile: list[bool]
-    """Per consensus boundary: whether a variant moves it by more than ``tolerance``."""
+    """Per consensus boundary: whether some variant that was fitted has no boundary within ``tolerance`` of it."""
     massive_driven: list[str]
-    """Families whose boundaries move by more than ``tolerance`` without position 0 and the massive tokens."""
+    """Families with a boundary that has no counterpart within ``tolerance`` without position 0 and the massive
+    tokens (or the other way round)."""
     tolerance: int
     """Layers within which two boundaries count as the same: max(1, round(0.1 n_layers))."""
     n_resamples: int
     thirds: list[int]
     """The phases study's split of the same layers: the first mid layer and the first late layer."""
     thirds_distance: list[int] | None
-    """|consensus boundary - thirds boundary|, in layers: a description, not a test."""
+    """Per thirds boundary, the layers to the nearest consensus boundary: a description, not a test."""
     l_star: int
     l_star_families: list[str]
     """The families L* is compared with: those without the covariance top-1 share it is made from."""
     l_star_consensus: list[int] | None
-    """Their boundaries (lower median over those families)."""
+    """Their change points (every one of those families', ascending)."""
     l_star_distance: int | None
-    """Layers from L* to the nearer of those boundaries."""
+    """Layers from L* to the nearest of those change points."""
 
 
 class LensChoice(TypedDict):

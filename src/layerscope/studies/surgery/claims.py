@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ...report.markdown import bits, number, signed
 from ...study.result import StudyResult
+from ...study.validated import note
 from ...study.verdicts import NOT_ASSESSABLE, Verdict, key_text, status_of
 from .report import BOUNDARY_SETS
 
@@ -41,6 +42,8 @@ def critical_claim(study: str, model: str, s: dict) -> Verdict | None:
                                                     else "")
     claim = f"blocks critical when skipped: {named or 'none'}"
     key = f"{len(layers)} of {s['n_layers']} blocks at q < 0.05; {len(both & set(layers))} in both halves"
+    card = note("surgery", model, ("false_alarm",))
+    key += f"; {card}" if card else ""
     flips = (f"{SPLIT_HALF} (blocks {', '.join(str(b) for b in layers if b not in both)})",) \
         if set(layers) - both else ()
     return Verdict(study, model, claim, status_of(bool(layers), flips), key, flips)

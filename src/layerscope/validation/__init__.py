@@ -1,0 +1,1 @@
+"""Verdicts tested where the answer is known: plants, nulls and the validation card."""

@@ -1,0 +1,89 @@
+"""Write what one recorded `layerscope validate` found into the pages and the package.
+
+    .venv/bin/python tools/validation_findings.py keep runs/validate-<time>   # the card folder, with its times
+    .venv/bin/python tools/validation_findings.py write                       # the pages again from what is kept
+    .venv/bin/python tools/validation_findings.py check    # exit 1 when a page differs (tests/test_result_pages.py)
+
+``keep`` copies the card folder's ``result.json``, ``card.csv`` and ``report.md`` into ``docs/results/validation/``
+and writes ``made.json`` (the commit and day). ``write`` puts the card between ``<!-- validation-card:start -->``
+and ``<!-- validation-card:end -->`` in docs/validation.md, and writes
+``src/layerscope/data/bundled/validation_card.json`` (the card's rows, its model and day), which the studies read to
+print each verdict's measured rates beside it (:mod:`layerscope.study.validated`). Nothing in them is typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from pages import write_blocks
+
+ROOT = Path(__file__).resolve().parents[1]
+KEPT = ROOT / "docs" / "results" / "validation"
+BUNDLED = ROOT / "src" / "layerscope" / "data" / "bundled" / "validation_card.json"
+FILES = ("result.json", "card.csv", "report.md")
+
+
+def keep(folder: Path) -> None:
+    KEPT.mkdir(parents=True, exist_ok=True)
+    for name in FILES:
+        shutil.copyfile(folder / name, KEPT / name)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    day = json.loads((folder / "result.json").read_text())["meta"].get("day")
+    (KEPT / "made.json").write_text(json.dumps({"commit": commit.stdout.strip(), "day": day}, indent=2) + "\n")
+
+
+def card_block() -> str:
+    data = json.loads((KEPT / "result.json").read_text())
+    made = json.loads((KEPT / "made.json").read_text())
+    meta = data["meta"]
+    report = (KEPT / "report.md").read_text()
+    body = report.split("\n", 2)[2].strip()  # the report without its title line
+    seconds = meta["seconds"]["total"]
+    return (f"Recorded on {made['day']} (commit {made['commit']}) with `layerscope validate --model {meta['model']} "
+            f"--instances {meta['instances']}` on this 2-core CPU: {round(seconds / 60)} min in all.\n\n{body}")
+
+
+def bundled() -> str:
+    data = json.loads((KEPT / "result.json").read_text())
+    made = json.loads((KEPT / "made.json").read_text())
+    keep_keys = ("verdict", "check", "metric", "n", "events", "rate", "ci_lo", "ci_hi", "target", "meets")
+    card = [{k: c[k] for k in keep_keys} for c in data["card"]]
+    return json.dumps({"model": data["meta"]["model"], "day": made["day"], "commit": made["commit"],
+                       "card": card}, indent=1) + "\n"
+
+
+def write(check: bool) -> list[str]:
+    stale = write_blocks(ROOT, {"docs/validation.md": {"validation-card": card_block()}}, check)
+    text = bundled()
+    if not BUNDLED.exists() or BUNDLED.read_text() != text:
+        stale.append(str(BUNDLED.relative_to(ROOT)))
+        if not check:
+            BUNDLED.write_text(text)
+    return stale
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("keep").add_argument("folder", type=Path)
+    sub.add_parser("write")
+    sub.add_parser("check")
+    args = parser.parse_args()
+    if args.command == "keep":
+        keep(args.folder)
+        write(check=False)
+    elif args.command == "write":
+        write(check=False)
+    else:
+        stale = write(check=True)
+        if stale:
+            sys.exit("stale: " + ", ".join(stale) + "; run tools/validation_findings.py write")
+
+
+if __name__ == "__main__":
+    main()
