@@ -209,18 +209,20 @@ def cooks_distance(x, y) -> np.ndarray:
     return residual**2 / (2 * s2) * h / (1 - h) ** 2
 
 
-def wilson(events: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """The Wilson score interval of ``events`` in ``n`` trials: (p + z^2/2n -+ z sqrt(p(1-p)/n + z^2/4n^2)) /
-    (1 + z^2/n), z the normal quantile of (1 + level) / 2; (nan, nan) for n = 0."""
-    if n == 0:
-        return float("nan"), float("nan")
-    if not 0 <= events <= n:
-        raise ValueError(f"{events} events in {n} trials; pass 0 <= events <= n")
-    z = NormalDist().inv_cdf((1 + level) / 2)
-    p = events / n
-    centre = p + z * z / (2 * n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    scale = 1 + z * z / n
-    lo = 0.0 if events == 0 else max(0.0, (centre - half) / scale)  # exact ends where the formula's are 0 or 1
-    hi = 1.0 if events == n else min(1.0, (centre + half) / scale)
-    return lo, hi
+def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of ``k`` successes in ``n`` trials: with p = k / n and z the (1 + level) / 2 normal
+    quantile, (p + z^2 / 2n +- z sqrt(p (1 - p) / n + z^2 / 4n^2)) / (1 + z^2 / n)."""
+    if isinstance(k, bool) or isinstance(n, bool) or int(k) != k or int(n) != n:
+        raise ValueError(f"wilson needs whole counts k and n; got k = {k!r}, n = {n!r}")
+    k, n = int(k), int(n)
+    if n < 1 or not 0 <= k <= n:
+        raise ValueError(f"wilson needs 0 <= k <= n and n >= 1; got k = {k}, n = {n} (count the instances first)")
+    if not 0 < level < 1:
+        raise ValueError(f"level {level} must lie between 0 and 1, e.g. 0.95")
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    p = k / n
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    lo = 0.0 if k == 0 else max(0.0, centre - half)  # exactly 0 (and 1) at the ends, not a rounding error away
+    return lo, 1.0 if k == n else min(1.0, centre + half)

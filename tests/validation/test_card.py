@@ -30,7 +30,8 @@ def test_wilson_interval_equals_hand_derived_values():
     half = math.sqrt(z2) * math.sqrt(0.25 / 10 + z2 / 400) / (1 + z2 / 10)
     assert (lo, hi) == pytest.approx((0.5 - half, 0.5 + half), rel=1e-9)
     assert (round(lo, 4), round(hi, 4)) == (0.2366, 0.7634)  # the textbook table's values
-    assert all(math.isnan(x) for x in wilson(0, 0))
+    with pytest.raises(ValueError, match="n >= 1"):
+        wilson(0, 0)
 
 
 def test_card_rows_count_successes_and_false_alarms_as_a_hand_loop_does():
@@ -79,7 +80,7 @@ def test_a_tiny_model_card_runs_and_every_row_is_recomputed_from_its_table(tmp_p
 
     tok = tiny.tokenizer(False)
     lm = LoadedModel.wrap(tiny.model("llama", len(tok), 8), tok, name="tiny-llama")
-    result = validate(lm, instances=2, n_texts=16, n_resamples=20, nulls=3, surgery_instances=1)
+    result = validate(lm, instances=2, n_texts=16, n_resamples=20, nulls=3, surgery_instances=1, max_length=96)
     out = write_card(result, tmp_path / "card")
     table = pd.read_csv(out / "table.csv")
     card = pd.read_csv(out / "card.csv")

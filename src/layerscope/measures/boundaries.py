@@ -54,6 +54,8 @@ MERGE = 1
 on transitions between them put the same change one layer apart)."""
 ALPHA = 0.05
 """The chance that a profile with no change gets an extra break, in any family (the penalties' calibration)."""
+PER_MEASURE_NULLS = 60
+"""Null profiles each measure's own (descriptive) fit is calibrated on: the first resamples'."""
 
 
 @dataclass(frozen=True)
@@ -77,8 +79,8 @@ class Boundary:
 @dataclass
 class BoundaryFit:
     measures: dict[str, list[int]]
-    """Each measure of the profiles (in a family or not) alone on the full data, at its own calibrated penalty (a
-    description: the family's joint fit is what counts)."""
+    """Each measure of the profiles (in a family or not) alone on the full data, at its own penalty calibrated on
+    the first :data:`PER_MEASURE_NULLS` resamples (a description: the family's joint fit is what counts)."""
     families: dict[str, list[int]]
     consensus: list[int] | None
     intervals: list[Boundary]
@@ -153,7 +155,7 @@ def bootstrap_boundaries(profiles: dict[str, tuple[list[int], np.ndarray]], fami
         for name in kept:
             alone = _prepare({name: kept[name]})
             if alone is not None:
-                pen = _calibrate({name: _critical(alone, min_size)}, alpha)[name]
+                pen = _calibrate({name: _critical(alone, min_size, PER_MEASURE_NULLS)}, alpha)[name]
                 measures[name] = _fit_rows(alone, pen, min_size, only_full=True)[0]
     return BoundaryFit(measures=measures, families={f: rows[0] for f, rows in fitted.items()},
                        consensus=consensus, intervals=intervals, skipped=skipped,
@@ -188,15 +190,15 @@ def _prepare(members: dict[str, tuple[np.ndarray, np.ndarray]]) -> _Family | Non
     return _Family(np.asarray(common), y / noise, rows, deviation / noise)
 
 
-def _critical(p: _Family, min_size: int) -> np.ndarray:
+def _critical(p: _Family, min_size: int, most: int | None = None) -> np.ndarray:
     """(R',) each null profile's critical penalty: the full data's straight line per member plus one resample's
-    deviation."""
+    deviation (the first ``most`` resamples' only, when given)."""
     z0 = p.z[0]
     x = np.arange(len(z0), dtype=np.float64)
     xc = x - x.mean()
     slope = xc @ (z0 - z0.mean(axis=0)) / (xc @ xc)
     line = z0.mean(axis=0) + xc[:, None] * slope
-    tables = segment_costs(line[None] + p.unit, min_size)
+    tables = segment_costs(line[None] + p.unit[:most], min_size)
     return np.array([path_of(t, None, min_size).critical_penalty() for t in tables])
 
 

@@ -10,7 +10,8 @@ function, profiles with no change, and the unplanted model's own boundaries.
 
 Every row is one instance of one check: ``check``, ``verdict`` ("atlas boundary"), ``metric`` (what the row
 counts: ``power``, ``coverage``, ``kept``, ``false_alarm``, ``recurrence``, ``boundary_error``, ``derived_diff``),
-``success`` (bool; for a numeric metric whether it meets its target) and ``value``, with the plant's parameters.
+``success`` (bool; for a numeric metric whether it meets its target) and ``value``, with the plant's parameters
+(``zero_width``: a boundary's interval is a single layer only when no resample moved it).
 
 **Where a planted change is.** k blocks that write nothing, inserted before block ``at``, make hidden states at ..
 at + k one state: the transitions between them have block influence and angular distance exactly 0 and CKA 1, and
@@ -210,12 +211,17 @@ def null_rows(base: Base, rng: np.random.Generator, instances: int) -> list[dict
 
 
 def recurrence_rows(base: Base) -> list[dict]:
-    """Each consensus boundary of the unplanted model's full data: its support among the resamples."""
-    return [{"check": "the unplanted model's boundaries recur in the resamples", "verdict": VERDICT,
-             "metric": "recurrence", "success": b["support"] >= SUPPORTED, "value": b["support"],
-             "boundary": b["value"], "moved": b["moved"],
-             "zero_width_moved": b["ci_lo"] == b["ci_hi"] and b["moved"] > 0}
-            for b in _consensus(base.fit)]
+    """Each consensus boundary of the unplanted model's full data: its support among the resamples (recurrence),
+    and whether its interval is a single layer only when no resample moved it (zero_width)."""
+    rows = []
+    for b in _consensus(base.fit):
+        common = {"verdict": VERDICT, "boundary": b["value"], "moved": b["moved"], "support": b["support"]}
+        rows += [{**common, "check": "the unplanted model's boundaries recur in the resamples", "metric": "recurrence",
+                  "success": b["support"] >= SUPPORTED, "value": b["support"]},
+                 {**common, "check": "a zero-width interval only where no resample moved the boundary",
+                  "metric": "zero_width", "success": not (b["ci_lo"] == b["ci_hi"] and b["moved"] > 0),
+                  "value": f"{b['ci_lo']}-{b['ci_hi']}"}]
+    return rows
 
 
 def derived_check_rows(lm: LoadedModel, base: Base, texts: Sequence[str], at: int, k: int) -> list[dict]:

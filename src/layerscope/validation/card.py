@@ -32,6 +32,7 @@ TARGETS = {
     "derived_diff": ("every measure (< 1e-3)", lambda r, lo, hi: r == 1.0),
     "lens_identical": ("every lens measure (<= 1e-5)", lambda r, lo, hi: r == 1.0),
     "estimate": ("every row within its target", lambda r, lo, hi: r == 1.0),
+    "zero_width": ("every boundary", lambda r, lo, hi: r == 1.0),
 }
 """metric: (what the rate must do, the test of it)."""
 NUMERIC = {"boundary_error": "mean layers from the planted change (t or t + 1) to the boundary that found it",
@@ -40,6 +41,7 @@ METRIC_WORDS = {"power": "power", "coverage": "coverage", "kept": "kept", "recur
                 "false_alarm": "false-alarm rate", "first_picks": "first picks in the band",
                 "interval_holds_zero": "interval holds 0", "set_cost": "equal to surgery's set cost",
                 "derived_diff": "derived = real", "lens_identical": "identical", "estimate": "within target",
+                "zero_width": "zero width only when never moved",
                 "extra": "no extra boundary", "boundary_error": "boundary error",
                 "interval_width": "interval width"}
 

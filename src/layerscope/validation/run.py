@@ -11,7 +11,8 @@ bands (``instances`` of them; the planted profiles derived from the unplanted pa
 derivation), on scaled writes (``scaled`` real passes), and on profiles with no change (``nulls``); surgery on
 inserted bands (``surgery`` instances) and on removed bands; the estimators on synthetic data of known dimension
 and similarity (:mod:`.estimators`). Every part is seeded from ``seed``; texts: a seeded subset of ``n_texts`` of
-the bundled pair statements and prompts.
+the bundled pair statements and prompts. The statistical verdicts (divergence, phases, ablation, scaling, the
+probe's decodability) run their own analyses on null relabelings of their data (:func:`null_rows`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ..progress import stage
 from ..provenance import library_versions
 from ..report.html import markdown_html, page
 from ..study.manifests import model_entry
-from . import boundaries, estimators, surgery
+from . import boundaries, estimators, nulls, surgery
 from .card import card_markdown, card_rows
 
 DEFAULT_TEXTS = 48
@@ -48,9 +49,10 @@ def pick(n_texts: int, seed: int) -> tuple[list[str], str]:
 
 def validate(lm: LoadedModel, instances: int = 20, seed: int = 42, n_texts: int = DEFAULT_TEXTS,
              n_resamples: int = 100, scaled: int | None = None, nulls: int | None = None,
-             surgery_instances: int | None = None) -> dict:
+             surgery_instances: int | None = None, max_length: int | None = None) -> dict:
     """The validation card of ``lm`` (module docstring): {"card", "rows", "meta"}. ``scaled``, ``nulls`` and
-    ``surgery_instances`` default to ``instances``, 5 x ``instances`` and ``instances // 3`` (at least 2)."""
+    ``surgery_instances`` default to ``instances``, 5 x ``instances`` and ``instances // 3`` (at least 2);
+    ``max_length`` truncates the null relabelings' study texts (for a model with few positions)."""
     started = time.perf_counter()
     scaled = instances if scaled is None else scaled
     nulls = 5 * instances if nulls is None else nulls
@@ -79,6 +81,7 @@ def validate(lm: LoadedModel, instances: int = 20, seed: int = 42, n_texts: int 
     part("scaled writes", lambda rng: boundaries.scaled_rows(lm, base, texts, rng, scaled))
     part("surgery", lambda rng: surgery.surgery_rows(lm, rng, surgery_instances, seed=seed))
     part("removed band", lambda rng: surgery.removed_rows(lm, texts[:12], rng, surgery_instances))
+    part("nulls", lambda rng: null_rows(lm, instances, seed, max_length))
     part("estimators", lambda rng: [{"verdict": "estimators", "check": f"{r['check']} ({r.get('estimator', '')})",
                                      "metric": "estimate", "success": bool(r["holds"]), "value": r["estimate"],
                                      **{k: v for k, v in r.items() if k in ("n", "d", "true_dim", "manifold")}}
@@ -92,6 +95,28 @@ def validate(lm: LoadedModel, instances: int = 20, seed: int = 42, n_texts: int 
                                                                    "total": round(time.perf_counter() - started, 1)},
             "versions": library_versions()}
     return {"card": card, "rows": rows, "meta": meta}
+
+
+NULL_BOOTSTRAP = 2000
+"""Bootstrap resamples of the phases study under its null (its default is more; each instance reruns it)."""
+
+
+def null_rows(lm: LoadedModel, instances: int, seed: int, max_length: int | None = None) -> list[dict]:
+    """Each statistical verdict under its null relabeling (:mod:`.nulls`), as card rows: a verdict printed where
+    nothing is there is a false alarm. Divergence, the scaling peak and ablation: 5 x ``instances`` relabelings;
+    phases (``n_bootstrap`` :data:`NULL_BOOTSTRAP`) and the split-pairs scaling null: ``instances``; the probe's
+    decodable verdicts: ``instances // 4`` coin flips (at least 2)."""
+    common = {"seed": seed, **({"max_length": max_length} if max_length else {})}
+    made = (nulls.divergence_null(lm, n_null=5 * instances, **common)
+            + nulls.phases_null(lm, n_null=instances, n_bootstrap=NULL_BOOTSTRAP, **common)
+            + nulls.ablation_null(lm, n_null=5 * instances, **common)
+            + nulls.scaling_null(lm, n_null=5 * instances, **common)
+            + nulls.scaling_split_null(lm, n_null=instances, **common)
+            + nulls.probe_null(lm, n_null=max(2, instances // 4), **common))
+    return [{"verdict": f"{r['study']}: {r['verdict']}", "check": r["null"], "metric": "false_alarm",
+             "success": not r["printed"], "value": r.get("value"), "instance": r["instance"],
+             "status": r.get("status"), "label": None if r.get("label") is None else str(r["label"])}
+            for r in made]
 
 
 def write_card(result: dict, out: str | Path, force: bool = False) -> Path:

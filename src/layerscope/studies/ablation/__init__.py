@@ -26,7 +26,7 @@ from ...study.settings import ConfigError, Settings, by_compat, check_n_bootstra
 from ..shared.caveats import MIN_N, group_warnings, prequantized_warnings
 from .analysis import VERDICT_METRICS
 from .claims import claims as study_claims
-from .configs import load_configs, read_configs, standard_configs, sweep_configs
+from .configs import LayerConfig, load_configs, read_configs, standard_configs, sweep_configs
 from .figures import figures as draw_figures
 from .report import report as write_report
 from .results import analyse_model
@@ -128,22 +128,15 @@ class Ablation(Study):
     def run(self, config: StudyConfig) -> StudyResult:
         languages = load_languages(config.texts)
         bits = config.quant_bits
-        primary = Variant(f"{config.quant_scheme}/{config.quant_targets}" + ("" if bits == config.bits else
-                                                                              f"/{bits}-bit"),
-                          config.quant_scheme, config.quant_targets, config.sweep, bits, config.quant_recipe)
-        variants = [primary]
-        if (config.quant_scheme, config.quant_targets) != NOTEBOOK:
-            variants.append(Variant("per-tensor/all-weights (notebook)", *NOTEBOOK, sweep=False, bits=config.bits,
-                                    recipe="notebook"))
-        max_length = config.max_length or (SEED_MAX_LENGTH if config.compat == NOTEBOOKS else None)  # explicit wins
+        variants = study_variants(config)
+        primary = variants[0]
+        max_length = study_max_length(config)
         timings: dict[str, float] = {}
         summaries, rows, models = {}, [], []
         for run in each_model(config, timings):
             lm = run.lm
             n = len(decoder_layers(lm.model))
-            configs = standard_configs(n) if config.configs == "standard" else load_configs(config.configs, n)
-            if config.sweep:
-                configs.update(sweep_configs(n))
+            configs = study_configs(config, n)
             scores = score_configs(lm, languages, configs, variants, config.batch_size, max_length,
                                    prefix_reuse=config.prefix_reuse,
                                    budget_bytes=int(config.prefix_budget_gib * 2**30))
@@ -192,6 +185,34 @@ class Ablation(Study):
                 detail = h5_detail(h5, seed)
                 lines.append(f"{model} [{label}]: H5 {h5['result']} ({detail}){caveat}")
         return lines
+
+
+def study_variants(config: StudyConfig) -> list[Variant]:
+    """How ``config`` quantizes: the primary variant (its scheme, targets, bits and recipe), then the notebook's
+    per-tensor/all-weights beside it when the primary is not that one."""
+    bits = config.quant_bits
+    primary = Variant(f"{config.quant_scheme}/{config.quant_targets}" + ("" if bits == config.bits else
+                                                                          f"/{bits}-bit"),
+                      config.quant_scheme, config.quant_targets, config.sweep, bits, config.quant_recipe)
+    variants = [primary]
+    if (config.quant_scheme, config.quant_targets) != NOTEBOOK:
+        variants.append(Variant("per-tensor/all-weights (notebook)", *NOTEBOOK, sweep=False, bits=config.bits,
+                                recipe="notebook"))
+    return variants
+
+
+def study_max_length(config: StudyConfig) -> int | None:
+    """The truncation of the texts: ``--max-length`` when given, else 256 tokens in notebooks mode, else none."""
+    return config.max_length or (SEED_MAX_LENGTH if config.compat == NOTEBOOKS else None)  # explicit wins
+
+
+def study_configs(config: StudyConfig, n: int) -> dict[str, LayerConfig]:
+    """The layer configurations ``config`` scores on a model with ``n`` decoder layers (the sweep's one-layer
+    configurations added with ``--sweep``)."""
+    configs = standard_configs(n) if config.configs == "standard" else load_configs(config.configs, n)
+    if config.sweep:
+        configs.update(sweep_configs(n))
+    return configs
 
 
 def h5_detail(h5: H5Verdict, seed: bool) -> str:

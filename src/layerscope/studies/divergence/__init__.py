@@ -19,7 +19,7 @@ from ...study.settings import PAIR_NOTES, PairSettings, setting
 from ..shared.categories import study_pairs
 from ..shared.caveats import category_warnings, small_n_caveat
 from ..shared.inputs import analyse_pairs
-from .analysis import VERDICT_METRICS, analyse_model
+from .analysis import VERDICT_METRICS, analyse_run
 from .claims import claims as study_claims
 from .figures import figures as draw_figures
 from .report import report as write_report
@@ -52,9 +52,7 @@ class Divergence(Study):
     def run(self, config: StudyConfig) -> StudyResult:
         pairs = study_pairs(config.dataset, config.drop_category)  # too few categories or a bad drop fail here
         warnings = category_warnings(self.name, pairs, config.drop_category)
-        summaries, rows, manifest = analyse_pairs(config, pairs, lambda run: analyse_model(
-            run, run.layers, compat=config.compat, level=config.ci_level, seed=config.seed,
-            n_permutations=config.n_permutations, drop_category=config.drop_category))
+        summaries, rows, manifest = analyse_pairs(config, pairs, lambda run: analyse_run(run, config))
         summary: DivergenceSummary = {"models": summaries, "warnings": warnings}
         return StudyResult(study=self.name, config=config.to_dict(), manifest=manifest, summary=summary,
                            table=make_table(rows))

@@ -5,6 +5,7 @@ A vs B statements track the model's preference between them?
     pref = category_pref(run.pref, cats, n_cat)                              # (n_cat,)
     r, p = pearson(ua[:, j], pref)                                           # metric r_ua_pref at layer layers[j]
     summary, rows = analyse_model(run, run.layers, drop_category="numeric_vs_named")   # summary: DivergenceModel
+    summary, rows = analyse_run(run, config)     # the same with the settings of a StudyConfig (Divergence.run)
 
 By default the analysis runs on ``run.at_stage("pre_norm")`` (layer n_layers is the last block's output before the
 final norm) and only on the tested layers; the headline is the last tested layer. Every r gets a permutation p, a
@@ -16,6 +17,8 @@ differ significantly; and the headline is recomputed under the sensitivity check
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,6 +36,9 @@ from ..shared.length import length_control
 from ..shared.subsets import in_subset, subset_name, with_stage
 from .summary import DivergenceModel, PoolingTest, PoolingVerdict, SignChange, headline_entry
 from .verdicts import interpret, verdict
+
+if TYPE_CHECKING:
+    from ...study.config import StudyConfig
 
 VERDICT_METRICS = ("pref", "ua")
 """Table metrics every r, and so every verdict, is computed from. An r itself may be undefined (NaN in the table,
@@ -109,6 +115,14 @@ def interval_text(entry: PoolingVerdict, level: float) -> str:
 def fisher_z_note(entry: PoolingVerdict) -> str:
     """``"not valid (leverage: numeric_vs_named)"`` for a :func:`verdict` entry whose categories have leverage."""
     return f"not valid (leverage: {', '.join(entry['leverage'])})"
+
+
+def analyse_run(run: PairRun, config: StudyConfig) -> tuple[DivergenceModel, list[dict]]:
+    """``summary, rows = analyse_run(run, config)``: :func:`analyse_model` on the run's tested layers with the
+    compat, ci_level, seed, n_permutations and drop_category of ``config`` (what ``Divergence.run`` computes per
+    model; :mod:`layerscope.validation.nulls` calls it on relabelled runs)."""
+    return analyse_model(run, run.layers, compat=config.compat, level=config.ci_level, seed=config.seed,
+                         n_permutations=config.n_permutations, drop_category=config.drop_category)
 
 
 def analyse_model(run: PairRun, layers: list[int], compat: str | None = None, level: float = 0.95, seed: int = 42,

@@ -20,7 +20,7 @@ from ...study.settings import PAIR_NOTES, POOLING_HELP, PairSettings, check_pool
 from ..shared.categories import study_pairs
 from ..shared.caveats import MIN_N, category_warnings
 from ..shared.inputs import analyse_pairs
-from .analysis import EMBEDDING_LAYER, VERDICT_METRICS, analyse_model, peak_stability, peak_verdict
+from .analysis import EMBEDDING_LAYER, VERDICT_METRICS, analyse_run, peak_stability, peak_verdict
 from .claims import claims as study_claims
 from .figures import figures as draw_figures
 from .report import report as write_report
@@ -73,9 +73,7 @@ class Scaling(Study):
 
     def run(self, config: StudyConfig) -> StudyResult:
         pairs = study_pairs(config.dataset)  # too few categories fail here, before any model loads
-        models, rows, manifest = analyse_pairs(config, pairs, lambda run: analyse_model(
-            run, run.layers, config.pooling, compat=config.compat, level=config.ci_level, seed=config.seed,
-            n_permutations=config.n_permutations))
+        models, rows, manifest = analyse_pairs(config, pairs, lambda run: analyse_run(run, config))
         seed = config.compat == NOTEBOOKS  # the notebooks' rule: population std of the peak depths < 10 points
         stability = peak_stability([m["max_pos_pct"] for m in models.values()]) if seed else peak_verdict(models)
         summary: ScalingSummary = {"pooling": config.pooling, "models": models, "peak_stability": stability,

@@ -2,6 +2,7 @@
 depth axis, and whether its peak moves with model size.
 
     summary, rows = analyse_model(run, run.layers, "mean")   # one model (a ScalingModel): profile, peak, checks
+    summary, rows = analyse_run(run, config)                 # the same with the settings of a StudyConfig
     stability = peak_verdict(summaries)                      # STABLE / SHIFTS / not assessable, with the reason
     r_tests, rho_tests = profile(run, layers, "mean")        # per tested layer: r ("value"), p, p_perm, CI, q
     peak_stability([s["max_pos_pct"] for s in ...])          # the notebooks' rule (notebooks mode, sweeps)
@@ -14,6 +15,7 @@ the tested layers < 1 - level), and the stability verdict needs :data:`MIN_FAMIL
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,6 +31,9 @@ from ..shared.correlation import Significance, add_q, spearman_tests
 from ..shared.inputs import NORM_CHECK, PairRun, check_runs
 from ..shared.subsets import in_subset, subset_name
 from .summary import Family, PeakCheck, PeakVerdict, ScalingModel, SeedStability, SignChange
+
+if TYPE_CHECKING:
+    from ...study.config import StudyConfig
 
 STABLE_STD_PCT = 10.0
 """The notebooks' rule (:func:`peak_stability`): stable when the population std of the peak depths is below this."""
@@ -76,6 +81,14 @@ def profile_tests(ua: np.ndarray, pref: np.ndarray, sig: Significance) -> tuple[
     if sig.compat == NOTEBOOKS:
         return r_tests, []
     return add_q(r_tests, "p_perm", sig.level), add_q(spearman_tests(ua, pref), "p", sig.level)
+
+
+def analyse_run(run: PairRun, config: StudyConfig) -> tuple[ScalingModel, list[dict]]:
+    """``summary, rows = analyse_run(run, config)``: :func:`analyse_model` on the run's tested layers with the
+    pooling, compat, ci_level, seed and n_permutations of ``config`` (what ``Scaling.run`` computes per model;
+    :mod:`layerscope.validation.nulls` calls it on relabelled runs)."""
+    return analyse_model(run, run.layers, config.pooling, compat=config.compat, level=config.ci_level,
+                         seed=config.seed, n_permutations=config.n_permutations)
 
 
 def analyse_model(run: PairRun, layers: list[int], pooling: str, compat: str | None = None, level: float = 0.95,
