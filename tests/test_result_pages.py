@@ -105,3 +105,11 @@ def test_every_image_a_page_shows_is_there_and_a_png():
     for page, path in shown:
         assert path.is_file(), f"{page.relative_to(ROOT)} shows {path}, which is missing"
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+
+
+def test_the_validation_page_and_the_bundled_card_are_what_the_recorded_card_gives():
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "validation_findings.py"), "check"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr + done.stdout
+    kept = json.loads((ROOT / "docs" / "results" / "validation" / "result.json").read_text())
+    assert kept["meta"]["model"] == "smollm2-135m" and kept["meta"]["seed"] == 42

@@ -4,8 +4,10 @@
     .venv/bin/python tools/validation_findings.py write                       # the pages again from what is kept
     .venv/bin/python tools/validation_findings.py check    # exit 1 when a page differs (tests/test_result_pages.py)
 
-``keep`` copies the card folder's ``result.json``, ``card.csv`` and ``report.md`` into ``docs/results/validation/``
-and writes ``made.json`` (the commit and day). ``write`` puts the card between ``<!-- validation-card:start -->``
+``keep`` scores the card folder's recorded instance rows (``table.csv``) again with the current card code (no model
+runs) and writes ``result.json``, ``card.csv`` and ``report.txt`` (the card as markdown; not a page of the site)
+into ``docs/results/validation/``, with
+``made.json`` (the commit and day). ``write`` puts the card between ``<!-- validation-card:start -->``
 and ``<!-- validation-card:end -->`` in docs/validation.md, and writes
 ``src/layerscope/data/bundled/validation_card.json`` (the card's rows, its model and day), which the studies read to
 print each verdict's measured rates beside it (:mod:`layerscope.study.validated`). Nothing in them is typed by hand.
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,13 +26,23 @@ from pages import write_blocks
 ROOT = Path(__file__).resolve().parents[1]
 KEPT = ROOT / "docs" / "results" / "validation"
 BUNDLED = ROOT / "src" / "layerscope" / "data" / "bundled" / "validation_card.json"
-FILES = ("result.json", "card.csv", "report.md")
 
 
 def keep(folder: Path) -> None:
+    """The card of ``folder`` scored again from its instance rows by the current card code (no model runs), kept."""
+    sys.path.insert(0, str(ROOT / "src"))
+    import pandas as pd
+
+    from layerscope.validation.card import card_markdown
+    from layerscope.validation.run import rescore
+
+    result = rescore(folder)
     KEPT.mkdir(parents=True, exist_ok=True)
-    for name in FILES:
-        shutil.copyfile(folder / name, KEPT / name)
+    shown = {k: v for k, v in result["meta"].items() if k not in ("model_entry", "versions")}
+    (KEPT / "report.txt").write_text(card_markdown(result["card"], shown))
+    pd.DataFrame(result["card"]).to_csv(KEPT / "card.csv", index=False)
+    (KEPT / "result.json").write_text(json.dumps({"card": result["card"], "meta": result["meta"]}, indent=2,
+                                                 default=str) + "\n")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
     day = json.loads((folder / "result.json").read_text())["meta"].get("day")
     (KEPT / "made.json").write_text(json.dumps({"commit": commit.stdout.strip(), "day": day}, indent=2) + "\n")
@@ -41,7 +52,7 @@ def card_block() -> str:
     data = json.loads((KEPT / "result.json").read_text())
     made = json.loads((KEPT / "made.json").read_text())
     meta = data["meta"]
-    report = (KEPT / "report.md").read_text()
+    report = (KEPT / "report.txt").read_text()
     body = report.split("\n", 2)[2].strip()  # the report without its title line
     seconds = meta["seconds"]["total"]
     return (f"Recorded on {made['day']} (commit {made['commit']}) with `layerscope validate --model {meta['model']} "

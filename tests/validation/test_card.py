@@ -14,7 +14,7 @@ import pytest
 from layerscope.measures.boundaries import bootstrap_boundaries
 from layerscope.stats import wilson
 from layerscope.validation.boundaries import planted_rows
-from layerscope.validation.card import card_rows
+from layerscope.validation.card import card_rows, standing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tiny  # noqa: E402
@@ -46,8 +46,13 @@ def test_card_rows_count_successes_and_false_alarms_as_a_hand_loop_does():
     alarm = card[("null", "false_alarm")]  # the events are the instances that failed: 1 alarm in 20
     assert (alarm["events"], alarm["rate"]) == (1, 0.05)
     assert alarm["meets"] is False  # 0.05 meets the rate, but the interval's upper end is above 0.10
+    assert standing(alarm) == "too few instances" and standing(power) == "yes"
+    worse = card_rows([{"verdict": "v", "check": "c", "metric": "false_alarm", "success": s}
+                       for s in [True] * 180 + [False] * 20])[0]  # 0.10: the rate itself misses
+    assert standing(worse) == "no"
     error = card[("c", "boundary_error")]
     assert error["rate"] == 0.5 and error["events"] is None and (error["ci_lo"], error["ci_hi"]) == (0.0, 1.0)
+    assert standing(error) == "-"
 
 
 def jump_fit(at: list[int], size: int = 20, seed: int = 0):
@@ -76,7 +81,7 @@ def test_a_planted_change_is_found_within_a_layer_and_covered_at_t_or_t_plus_1()
 @pytest.mark.slow
 def test_a_tiny_model_card_runs_and_every_row_is_recomputed_from_its_table(tmp_path):
     from layerscope.models import LoadedModel
-    from layerscope.validation.run import validate, write_card
+    from layerscope.validation.run import rescore, validate, write_card
 
     tok = tiny.tokenizer(False)
     lm = LoadedModel.wrap(tiny.model("llama", len(tok), 8), tok, name="tiny-llama")
@@ -95,6 +100,9 @@ def test_a_tiny_model_card_runs_and_every_row_is_recomputed_from_its_table(tmp_p
         ok = mine["success"].astype(str).str.lower().eq("true")
         events = int((~ok).sum()) if c.metric == "false_alarm" else int(ok.sum())
         assert c.events == events and c.rate == pytest.approx(events / c.n)
+    again = rescore(out)["card"]  # the card scored again from the written rows alone equals the run's own
+    assert [(c["check"], c["metric"], c["events"], c["n"]) for c in again] == [
+        (c["check"], c["metric"], c["events"], c["n"]) for c in result["card"]]
     # what must hold exactly on any model: the plants keep their promises
     exact = card.set_index(["check", "metric"])["rate"]
     assert exact[("derived planted profiles equal a real pass", "derived_diff")] == 1.0

@@ -43,6 +43,9 @@ def validate_command(
     lm = load_model(model, device=device)
     result = validate(lm, instances=instances, seed=seed, n_texts=texts, n_resamples=resamples)
     write_card(result, out, force=force)
-    missed = [c for c in result["card"] if c["meets"] is False]
-    typer.echo(f"{len(result['card'])} checks, {len(missed)} below target; {result['meta']['seconds']['total']:.0f} s")
+    from ..validation.card import standing
+
+    words = [standing(c) for c in result["card"]]
+    typer.echo(f"{len(words)} checks: {words.count('yes')} meet their target, {words.count('no')} miss it, "
+               f"{words.count('too few instances')} need more instances; {result['meta']['seconds']['total']:.0f} s")
     typer.echo(f"wrote {out / 'index.html'}")

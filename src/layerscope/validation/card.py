@@ -10,7 +10,8 @@ A card row counts the instance rows of one (verdict, check, metric): ``events`` 
 ``false_alarm`` metric, where they are the false alarms (instances with ``success`` False); ``rate`` = events / n
 with its Wilson score interval (``level`` 0.95). A numeric metric (``boundary_error``) reports the mean of its
 values instead. ``target`` says what the issue that set the targets asks of the rate, and ``meets`` whether the
-rate (and, for a false-alarm rate, the interval's upper end) meets it.
+rate (and, for a false-alarm rate, the interval's upper end) meets it; :func:`standing` tells a rate that misses
+its target from one that meets it on too few instances to show it.
 """
 
 from __future__ import annotations
@@ -71,8 +72,20 @@ def card_rows(rows: Iterable[dict], level: float = 0.95) -> list[dict]:
     return out
 
 
-def _meets(value: bool | None) -> str:
-    return "-" if value is None else ("yes" if value else "**no**")
+def standing(c: dict) -> str:
+    """``"yes"``, ``"no"`` (the rate itself misses the target), ``"too few instances"`` (the rate meets it but the
+    interval's upper end does not: more instances would tell) or ``"-"`` (descriptive)."""
+    if c["meets"] is None:
+        return "-"
+    if c["meets"]:
+        return "yes"
+    test = TARGETS[c["metric"]][1]
+    return "too few instances" if c["events"] is not None and test(c["rate"], c["ci_lo"], 0.0) else "no"
+
+
+def _meets(c: dict) -> str:
+    word = standing(c)
+    return f"**{word}**" if word in ("no", "too few instances") else word
 
 
 def card_markdown(card: list[dict], meta: dict) -> str:
@@ -86,8 +99,9 @@ def card_markdown(card: list[dict], meta: dict) -> str:
             value = (f"{number(c['rate'], 3)} [{number(c['ci_lo'], 3)}, {number(c['ci_hi'], 3)}] "
                      f"({c['events']}/{c['n']})")
         rows.append([md_text(c["verdict"]), md_text(c["check"]), METRIC_WORDS.get(c["metric"], c["metric"]),
-                     value, c["n"], md_text(c["target"]), _meets(c["meets"])])
-    missed = [c for c in card if c["meets"] is False]
+                     value, c["n"], md_text(c["target"]), _meets(c)])
+    missed = [c for c in card if standing(c) == "no"]
+    few = [c for c in card if standing(c) == "too few instances"]
     out = [f"# Validation card: {md_text(meta.get('model', ''))}", "",
            "Each verdict tested where the answer is known: plants whose right answer is known by construction, "
            "null relabelings under which nothing is there, and synthetic data of known truth. A rate is the share "
@@ -99,6 +113,10 @@ def card_markdown(card: list[dict], meta: dict) -> str:
                                                    f"({METRIC_WORDS.get(c['metric'], c['metric'])} "
                                                    f"{number(c['rate'], 3)}, target {md_text(c['target'])})"
                                                    for c in missed) + ".", ""]
+    if few:
+        out += ["**Not yet shown (the rate meets its target, the interval's upper end does not: more instances "
+                "would tell):** " + "; ".join(f"{md_text(c['verdict'])}: {md_text(c['check'])} "
+                                             f"({c['events']}/{c['n']})" for c in few) + ".", ""]
     out += ["## How this card was made", ""]
     out += [f"- {md_text(k)}: {md_text(str(v))}" for k, v in meta.items()]
     return "\n".join(out) + "\n"

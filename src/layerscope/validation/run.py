@@ -119,6 +119,20 @@ def null_rows(lm: LoadedModel, instances: int, seed: int, max_length: int | None
             for r in made]
 
 
+def rescore(folder: str | Path) -> dict:
+    """A written card's result again from its recorded instance rows (``table.csv``) and meta (``result.json``),
+    scored by the current card code, with no model run: what ``tools/validation_findings.py keep`` records."""
+    folder = Path(folder)
+    meta = json.loads((folder / "result.json").read_text())["meta"]
+    table = pd.read_csv(folder / "table.csv", dtype=object)
+    rows = []
+    for record in table.to_dict("records"):
+        row = {k: v for k, v in record.items() if isinstance(v, str)}
+        row["success"] = str(record["success"]).lower() == "true"
+        rows.append(row)
+    return {"card": card_rows(rows), "rows": rows, "meta": meta}
+
+
 def write_card(result: dict, out: str | Path, force: bool = False) -> Path:
     """The card's folder: ``index.html`` (the card as a page), ``report.md``, ``table.csv`` (the instance rows),
     ``card.csv`` (the card rows) and ``result.json`` (card, meta), written atomically."""

@@ -36,7 +36,7 @@ def model_claims(study: str, model: str, s: AtlasModel) -> list[Verdict]:
                         "no profile changes course beyond its resamples' noise")]
     spans = {x["index"]: x for x in b.get("intervals", []) if x.get("family") == "consensus"}
     moved, fragile, tol = b.get("moved"), b.get("fragile"), b.get("tolerance")
-    card = note("atlas boundary", model)
+    card = note("atlas boundary", model) if "seen_by" in b else ""  # the card measured this method, not the older
     seen = b.get("seen_by") or [[] for _ in b["consensus"]]
     out = []
     for k, layer in enumerate(b["consensus"]):

@@ -121,8 +121,8 @@ def model_section(table: pd.DataFrame, model: str, s: AtlasModel) -> list[str]:
            f"{s['n_scored']} scored)", ""]
     if b["consensus"] is None:
         return [*out, "No family of measures had enough finite layers for phase boundaries.", ""]
-    out += [f"**Phase boundaries.** {boundary_sentence(b)}", "", validation_line(model), "", lens_line(s), "",
-            conventions_line(s), ""]
+    out += [f"**Phase boundaries.** {boundary_sentence(b)}", "", validation_line(model, "seen_by" in b), "",
+            lens_line(s), "", conventions_line(s), ""]
     rows = [[x["family"], x["index"], _span(x), number(x["support"], 2), f"{x.get('moved', 0)} of {x['n']}",
              ", ".join(x.get("families", []))] for x in b["intervals"]]
     out += [md_table(["family", "boundary", "layer [95 % interval]", "support", "moved", "seen by"], rows), ""]
@@ -200,9 +200,10 @@ def fragility_sentence(b: Boundaries) -> str:
     return " ".join(words)
 
 
-def validation_line(model: str) -> str:
-    """What the recorded validation card measured of these boundaries on this model, or where to get it."""
-    card = note("atlas boundary", model, ("power", "coverage", "kept", "false_alarm", "recurrence"))
+def validation_line(model: str, current: bool = True) -> str:
+    """What the recorded validation card measured of these boundaries on this model, or where to get it
+    (``current``: the result was made by the method the card measured)."""
+    card = note("atlas boundary", model, ("power", "coverage", "kept", "false_alarm", "recurrence")) if current else ""
     if card:
         return (f"**Validation.** How often this method finds a planted change and how often it finds one where "
                 f"there is none, on this model (docs/validation.md): {card}.")
