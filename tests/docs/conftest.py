@@ -30,8 +30,10 @@ Known unrun kinds (```sh), each line of an sh block matching one of them (``UNRU
   runs of the slow studies (``layerscope run atlas``: 5.4 min; ``layerscope run surgery``: 2.2 min, or half an
   hour with ``--max-texts 200``; surgery ``--no-prefix-reuse``; ``layerscope run probe``, also with
   ``--label-sets side,category``; ``--tuned-lens auto``,
-  ``--tuned auto`` and ``train-lens`` with its defaults, which train or read SmolLM2's default tuned lens): each
-  page runs a bounded run of the same study;
+  ``--tuned auto`` and ``train-lens`` with its defaults, which train or read SmolLM2's default tuned lens), and
+  the recorded validation card (``layerscope validate --model smollm2-135m --instances 20``, 21 min;
+  tests/cli/test_validate_cli.py makes a tiny card with the command): each page runs a
+  bounded run of the same study;
 - commands that need a GPU: ``--device-map auto`` on 8B models, ``benchmarks/extract_gpu.py``,
   ``benchmarks/gpu_checks.py``, ``benchmarks/gpu_equality.py``, and a command whose comment says it runs on a GPU
   (``# ... on a GPU``);
@@ -81,6 +83,7 @@ UNRUN = [re.compile(p) for p in (
     r"^layerscope run surgery --no-prefix-reuse\b",
     r"^layerscope run (atlas )?--tuned-lens auto\s*(#|$)",  # trains SmolLM2's default lens when none is cached
     r"^layerscope train-lens --model smollm2-135m\s*(#|$)",  # the default training (minutes on a CPU)
+    r"^layerscope validate --model smollm2-135m --instances 20\s*(#|$)",  # the recorded card (21 min on 2 cores)
     r"--tuned auto\b",  # reads the lens that default training caches
     r"--max-texts 200\b",
     r"--executor ray\b", r"--ray-address\b",

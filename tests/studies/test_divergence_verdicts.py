@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +20,9 @@ from layerscope.studies.divergence import Divergence
 from layerscope.studies.divergence.analysis import analyse_model, interpret, pooling_effect
 from layerscope.studies.shared.inputs import PairRun
 from layerscope.study.result import StudyResult, make_table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hand_flips import hand_p_fwer  # noqa: E402
 
 E1, E2 = np.eye(4)[0], np.eye(4)[1]
 
@@ -163,9 +168,11 @@ def test_a_sign_change_within_noise_is_not_a_divergence_point():
     [flip] = summary["sign_flips_within_noise"]["mean"]
     p = williams_p(r1, r0, r01, 6)
     assert p > 0.05
-    assert (flip["layer_before"], flip["layer_after"]) == (0, 1) and flip["q"] == pytest.approx(p, rel=1e-6)
+    assert (flip["layer_before"], flip["layer_after"]) == (0, 1) and flip["p"] == pytest.approx(p, rel=1e-6)
+    p_fwer = hand_p_fwer(np.stack([x0, x1, x1], axis=1), pref, flip["t"])  # 6! = 720 <= 1000: every ordering
+    assert flip["p_fwer"] == pytest.approx(p_fwer) and p_fwer > 0.05
     assert "divergence points: none (1 sign flip within noise)" in headline(summary)
-    assert f"sign flips within noise: L0 (+{r0:.3f}) to L1 ({r1:+.3f}), q = {p:.3f}" in report(summary, rows)
+    assert f"sign flips within noise: L0 (+{r0:.3f}) to L1 ({r1:+.3f}), p_fwer = {p_fwer:.3f}" in report(summary, rows)
 
 
 def strong_profile(n_cat=40, seed=0):
@@ -185,7 +192,8 @@ def test_a_clear_sign_change_over_many_categories_is_a_divergence_point_and_earn
     [point] = summary["divergence_points"]["mean"]
     assert (point["layer_before"], point["layer_after"]) == (0, 1)
     p = williams_p(r1, r0, r01, 40)
-    assert p < 1e-6 and point["q"] == pytest.approx(p, rel=1e-4)  # one candidate flip: q = p
+    assert p < 1e-6 and point["p"] == pytest.approx(p, rel=1e-4)
+    assert point["p_fwer"] == pytest.approx(1 / 201)  # no permutation of the preferences reverses r this far
     assert summary["sign_flips_within_noise"]["mean"] == []
     head = summary["pooling_comparison"][0]
     assert head["p_perm"] == pytest.approx(1 / 201) and head["significant"] is True  # no ordering reaches |r|
@@ -193,7 +201,7 @@ def test_a_clear_sign_change_over_many_categories_is_a_divergence_point_and_earn
     line = headline(summary)
     assert line.startswith(f"hand: last tested layer 2 (pre-norm): r(UA, pref) = {r1:+.3f}, INVERSE (strong "
                            "negative) (q = ")
-    assert "divergence points: L0-L1 (q = " in line and "categories < 10" not in line
+    assert "divergence points: L0-L1 (p_fwer = " in line and "categories < 10" not in line
 
 
 def test_a_pooling_difference_within_noise_is_no_more_or_less_claim():

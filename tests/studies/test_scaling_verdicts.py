@@ -5,6 +5,8 @@ the stability verdict and the checks that can take it away follow by hand."""
 import itertools
 import json
 import statistics
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +18,10 @@ from layerscope.models.info import ModelInfo
 from layerscope.studies.scaling import Scaling
 from layerscope.studies.scaling.analysis import analyse_model, assess
 from layerscope.studies.shared.inputs import PairRun
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hand_flips import hand_p_fwer, hand_random_null  # noqa: E402
+from hand_flips import williams_t as hand_t  # noqa: E402
 
 PREF = np.array([-1.2, -0.7, -0.4, -0.1, 0.2, 0.5, 0.9, 1.4])
 """Category preference NLL(B) - NLL(A) of the 8 categories."""
@@ -202,7 +208,7 @@ def williams_p(r12: float, r13: float, r23: float, n: int) -> float:
     return 2 * stats.t.sf(abs(t), n - 3)
 
 
-def test_sign_changes_are_split_by_williams_test():
+def test_sign_changes_are_split_by_williams_test_calibrated_by_max_t_permutations():
     rhos = [0.3, 0.5, 0.7, 0.9, -0.9, -0.5, 0.1, -0.1]
     run, ua, pre = designed_run("m", 8, [*rhos, 0.2], pre_rho=0.2, seed=4)
     summary, _ = analyse_model(run, run.layers, "mean", n_permutations=N_PERM)
@@ -212,14 +218,19 @@ def test_sign_changes_are_split_by_williams_test():
     assert candidates == [(3, 4), (5, 6), (6, 7), (7, 8)]
     p = [williams_p(stats.pearsonr(x[:, j], PREF)[0], stats.pearsonr(x[:, i], PREF)[0],
                     stats.pearsonr(x[:, i], x[:, j])[0], N_CAT) for i, j in candidates]
-    q = stats.false_discovery_control(p, method="bh")
-    significant = [pair for pair, qi in zip(candidates, q, strict=False) if qi < 0.05]
-    noise = [pair for pair, qi in zip(candidates, q, strict=False) if qi >= 0.05]
+    t = [hand_t(stats.pearsonr(x[:, j], PREF)[0], stats.pearsonr(x[:, i], PREF)[0],
+                stats.pearsonr(x[:, i], x[:, j])[0], N_CAT) for i, j in candidates]
+    null = hand_random_null(x, PREF, N_PERM, 7)  # N_PERM orderings of our own; the study draws its own N_PERM
+    p_fwer = [hand_p_fwer(x, PREF, ti, null) for ti in t]
+    significant = [pair for pair, pi in zip(candidates, p_fwer, strict=False) if pi < 0.05]
+    noise = [pair for pair, pi in zip(candidates, p_fwer, strict=False) if pi >= 0.05]
     assert (3, 4) in significant and (6, 7) in noise  # +0.9 -> -0.9 is real; +0.1 -> -0.1 is noise
     assert [(f["layer_before"], f["layer_after"]) for f in summary["sign_changes"]] == significant
     assert [(f["layer_before"], f["layer_after"]) for f in summary["sign_flips_within_noise"]] == noise
     flips = summary["sign_changes"] + summary["sign_flips_within_noise"]
-    assert sorted(f["q"] for f in flips) == pytest.approx(sorted(q), rel=1e-4)
+    assert sorted(f["p"] for f in flips) == pytest.approx(sorted(p), rel=1e-4)
+    error = 4 * np.sqrt(2 * np.array(sorted(p_fwer)) * (1 - np.array(sorted(p_fwer))) / N_PERM) + 2 / N_PERM
+    assert np.all(np.abs(np.array(sorted(f["p_fwer"] for f in flips)) - sorted(p_fwer)) <= error)
     assert summary["sign_changes"][0]["midpoint_pct"] == pytest.approx(3.5 / 8 * 100)
 
 

@@ -3,12 +3,18 @@ refits by hand and a Monte-Carlo type-I rate."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from scipy import stats
 
-from layerscope.stats import cooks_distance, dependent_r_test, leave_one_out_r
+from layerscope.stats import cooks_distance, dependent_r_test, leave_one_out_r, wilson
 from layerscope.study.sensitivity import check_entry, influence, not_significant, robustness, sign_flips
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hand_flips import hand_null, hand_p_fwer  # noqa: E402
 
 
 def test_leave_one_out_r_equals_corrcoef_without_each_point():
@@ -79,13 +85,43 @@ def test_sign_flips_split_noise_from_a_real_change():
     r_weak = [np.corrcoef(w, y)[0, 1] for w in weak]
     if r_weak[0] * r_weak[1] > 0:
         weak[1] = -weak[1]
-    significant, noise = sign_flips([0, 1], np.column_stack([strong_pos, strong_neg]), y)
+    significant, noise = sign_flips([0, 1], np.column_stack([strong_pos, strong_neg]), y, n_permutations=300)
     assert [(f["layer_before"], f["layer_after"]) for f in significant] == [(0, 1)] and noise == []
-    within, noise = sign_flips([2, 3], np.column_stack(weak), y)
+    within, noise = sign_flips([2, 3], np.column_stack(weak), y, n_permutations=300, seed=5)
     assert within == [] and [(f["layer_before"], f["layer_after"]) for f in noise] == [(2, 3)]
     t, p = dependent_r_test(np.corrcoef(strong_neg, y)[0, 1], np.corrcoef(strong_pos, y)[0, 1],
                             np.corrcoef(strong_pos, strong_neg)[0, 1], 40)
     assert significant[0]["p"] == pytest.approx(p)
+    assert significant[0]["p_fwer"] == pytest.approx(1 / 301)  # no permutation comes near a real reversal
+    assert noise[0]["p_fwer"] >= 0.05
+
+
+def test_the_family_wise_p_is_the_max_t_permutation_p_of_a_hand_loop():
+    # 7 cases: every one of the 7! = 5040 orderings of y is a draw, here and in the hand loop
+    rng = np.random.default_rng(12)
+    y = rng.normal(size=7)
+    x = 0.5 * np.cumsum(rng.normal(size=(7, 6)), axis=1) + y[:, None] * np.array([3, 2.5, -3, -3, 0.3, -0.3])
+    significant, noise = sign_flips(list(range(6)), x, y, n_permutations=5040, seed=2)
+    flips = significant + noise
+    assert len(significant) >= 1 and len(noise) >= 1, "a real reversal and a flip within noise, to test both"
+    null = hand_null(x, y)
+    for flip in flips:
+        assert flip["p_fwer"] == pytest.approx(hand_p_fwer(x, y, flip["t"], null))
+        assert (flip in significant) == (flip["p_fwer"] < 0.05)
+
+
+def test_a_profile_with_no_association_shows_a_significant_flip_at_most_at_the_stated_rate():
+    # 300 null profiles: 15 categories, 20 layers of a smooth random walk (consecutive layers correlate as a
+    # model's do, so the profile crosses zero many times), y unrelated to x. Benjamini-Hochberg over the
+    # candidate flips called a divergence point in 8.6 % of shuffled-preference runs on SmolLM2.
+    rng = np.random.default_rng(0)
+    alarms = 0
+    for i in range(300):
+        x = np.cumsum(rng.normal(size=(15, 20)), axis=1)
+        significant, _ = sign_flips(list(range(20)), x, rng.normal(size=15), n_permutations=200, seed=i)
+        alarms += bool(significant)
+    lo, hi = wilson(alarms, 300)
+    assert lo <= 0.05 and alarms / 300 <= 0.08, alarms  # 4.8 % over 1500 such profiles; BH: 13 %
 
 
 def test_texts_name_what_decides_the_label():

@@ -25,6 +25,9 @@ def validate_command(
     resamples: int = typer.Option(100, "--resamples", min=20, max=10_000, help="Bootstrap resamples behind each "
                                   "boundary fit (its penalty and intervals)."),
     seed: int = typer.Option(42, "--seed", help="Seed of every draw: plant positions, texts, resamples."),
+    max_length: int = typer.Option(None, "--max-length", min=2, help="Truncate every text of the studies the "
+                                   "card runs to this many tokens (for a model with fewer positions than the "
+                                   "bundled texts need). Default: no truncation."),
     out: Path = typer.Option(None, "--out", "-o", help="Folder for the card (index.html, report.md, table.csv, "
                              "card.csv, result.json). Default: runs/validate-<UTC time>."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists and is not empty."),
@@ -41,7 +44,8 @@ def validate_command(
     setup_logging(verbose)
     out = check_out_dir(out or Path("runs") / f"validate-{datetime.now(UTC):%Y%m%d-%H%M%S}", force, [])
     lm = load_model(model, device=device)
-    result = validate(lm, instances=instances, seed=seed, n_texts=texts, n_resamples=resamples)
+    result = validate(lm, instances=instances, seed=seed, n_texts=texts, n_resamples=resamples,
+                      max_length=max_length)
     write_card(result, out, force=force)
     from ..validation.card import standing
 

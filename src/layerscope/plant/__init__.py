@@ -2,6 +2,7 @@
 
     import layerscope as ls
     from layerscope.plant import inserted_identity, duplicated_band, removed_band, scaled_writes, state_map
+    from layerscope.plant import planted_concept
     lm = ls.load_model("smollm2-135m")                 # 30 decoder blocks, hidden states 0..30
     planted = inserted_identity(lm, at=15, k=4)        # a LoadedModel: 34 blocks, states 15..19 one state
     planted.info.name                                  # "smollm2-135m+identity(at=15,k=4)"
@@ -13,6 +14,9 @@
 - :func:`duplicated_band` ``(lm, start, k)``: blocks start..start+k-1 run twice.
 - :func:`removed_band` ``(lm, start, k)``: blocks start..start+k-1 dropped.
 - :func:`scaled_writes` ``(lm, start, scale)``: every block from ``start`` on writes ``scale`` times its write.
+- :func:`planted_concept` ``(lm, at, plus, minus, strength, until=None)``: block ``at`` writes, along the direction
+  the unembedding reads for ``plus`` against ``minus``, the sign of the text's last marker token; with ``until``,
+  the write is carried to block ``until`` and cancelled there (the logits are the model's).
 
 Each returns a new :class:`~layerscope.models.LoadedModel` whose model shares every weight tensor with the
 original (no copy; the original, its blocks, config and hooks are left as they were), whose ``info`` has its own
@@ -31,7 +35,8 @@ the studies and the runner may import this package. ``import layerscope`` does n
 from __future__ import annotations
 
 from ..errors import PlantError
-from .plants import duplicated_band, inserted_identity, removed_band, scaled_writes
+from .plants import duplicated_band, inserted_identity, planted_concept, removed_band, scaled_writes
 from .records import state_map
 
-__all__ = ["PlantError", "duplicated_band", "inserted_identity", "removed_band", "scaled_writes", "state_map"]
+__all__ = ["PlantError", "duplicated_band", "inserted_identity", "planted_concept", "removed_band", "scaled_writes",
+           "state_map"]

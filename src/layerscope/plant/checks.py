@@ -22,6 +22,7 @@ from ..errors import ModelLoadError, PlantError, short
 from ..models.info import decoder_layers, text_config
 from ..models.load import LoadedModel
 from .behaviours import BEHAVIOURS
+from .concept import ConceptWrite
 
 SUPPORTED = ("layerscope.plant edits decoder-only transformers causal LMs (Llama, SmolLM2, Gemma 3, GPT-2, "
              "GPT-NeoX/Pythia, OPT and the like): models whose block list layerscope.models.decoder_layers finds, "
@@ -59,7 +60,7 @@ def editable_blocks(lm: LoadedModel, plant: str) -> nn.ModuleList:
         raise unsupported(lm, f"config.{PER_LAYER_TYPES} names {len(types)} layer kinds for {len(blocks)} blocks")
     for index, block in enumerate(blocks):
         own = block.__dict__.get("forward")
-        if own is not None and not isinstance(own, BEHAVIOURS):
+        if own is not None and not isinstance(own, (*BEHAVIOURS, ConceptWrite)):
             raise PlantError(f"{plant}: block {index} of {lm.info.name} runs a replaced forward (inside "
                              "`with intervened(...)`, or accelerate's device hooks); plant the model outside any "
                              "intervention, loaded on one device")

@@ -38,12 +38,15 @@ def tensor_memo(model: nn.Module) -> dict[int, object]:
 def shared_memo(model: nn.Module) -> dict[int, object]:
     """:func:`tensor_memo` plus every config object ``model``'s modules hold: a deep copy of one of its blocks
     with this memo shares the tensors and the model's config (Gemma 3's blocks and attention hold
-    ``self.config``) and copies the modules."""
+    ``self.config``), and a planted concept's marker signs, and copies the modules."""
     memo = tensor_memo(model)
     for module in model.modules():
         for value in vars(module).values():
             if isinstance(value, PreTrainedConfig):
                 memo[id(value)] = value
+        markers = getattr(module.__dict__.get("forward"), "markers", None)
+        if markers is not None:  # a planted concept's signs: a twin of its block reads the same text's
+            memo[id(markers)] = markers
     return memo
 
 

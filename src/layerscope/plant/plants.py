@@ -1,10 +1,11 @@
-"""The four plants: edited copies of a model whose right answer is known.
+"""The five plants: edited copies of a model whose right answer is known.
 
     from layerscope.plant import inserted_identity, duplicated_band, removed_band, scaled_writes
     planted = inserted_identity(lm, at=15, k=4)   # states 15..19 of the copy are one state; logits unchanged
     planted = duplicated_band(lm, start=10, k=3)  # blocks 10, 11, 12 run twice (10 11 12 10 11 12)
     planted = removed_band(lm, start=10, k=3)     # blocks 10, 11, 12 dropped
     planted = scaled_writes(lm, start=20, scale=0.5)   # every block from 20 on writes half its update
+    planted = planted_concept(lm, at=12, plus=" yes", minus=" no", strength=8.0, until=20)   # see .concept
     planted.model(**inputs, output_hidden_states=True).hidden_states   # n_layers + 1 states of (B, T, d)
 
 Each takes a :class:`~layerscope.models.LoadedModel` and returns a new one: the same tokenizer object, a
@@ -20,7 +21,9 @@ from __future__ import annotations
 import torch
 
 from ..engine.interventions.surgery import blocks_return_tuples
+from ..errors import PlantError
 from ..models.describe import hooks_left_as_found
+from ..models.info import decoder_layers as decoder_layers_of
 from ..models.info import input_device
 from ..models.load import LoadedModel
 from .checks import (
@@ -34,6 +37,7 @@ from .checks import (
     unsupported,
     whole,
 )
+from .concept import ConceptWrite, Markers, ReadMarkers, check_strength, check_until, marker_id, read_direction
 from .copying import shared_copy
 from .layout import Slot, rebuild
 from .records import duplicate_map, identity_map, planted_info, remove_map, scale_map
@@ -95,11 +99,49 @@ def scaled_writes(lm: LoadedModel, start: int, scale: float) -> LoadedModel:
     return _planted(lm, slots, "scale", {"start": start, "scale": scale}, scale_map(n))
 
 
-def _planted(lm: LoadedModel, slots: list[Slot], kind: str, params: dict, mapping: list) -> LoadedModel:
-    """The copy of ``lm`` whose block list is ``slots``, checked to run every block once, with its info."""
+def planted_concept(lm: LoadedModel, at: int, plus: str | int, minus: str | int, strength: float,
+                    until: int | None = None) -> LoadedModel:
+    """Block ``at``'s output gains ``strength * c_t * u`` at every position t (a rank-one write, :mod:`.concept`):
+    u is the unit direction the unembedding reads for ``plus`` against ``minus`` (``W_U[plus] - W_U[minus]``,
+    normalised), c_t is +1 where the last of the two marker tokens at or before t is ``plus``, -1 where it is
+    ``minus``, 0 before either. ``until`` (a block after ``at``): blocks at+1..until run on their input without
+    the write and block ``until`` drops it, so states at+1..until are the model's plus the write exactly and
+    every later state, and the logits, are the model's. ``plus``/``minus``: a string of one token or a token id.
+    ``0 <= at <= L - 1``. State map: s -> s."""
+    blocks = editable_blocks(lm, "planted_concept")
+    n = len(blocks)
+    at = whole(at, "at", "planted_concept")
+    until = None if until is None else whole(until, "until", "planted_concept")
+    check_until(at, until, n, lm.info.name)
+    strength = check_strength(strength)
+    plus_id, minus_id = marker_id(lm, plus, "plus"), marker_id(lm, minus, "minus")
+    if plus_id == minus_id:
+        raise PlantError(f"planted_concept: plus and minus are the same token ({plus_id}); pass two different "
+                         "marker tokens")
+    direction = read_direction(lm, plus_id, minus_id)
+    markers = Markers(plus_id, minus_id)
+
+    def edit(model) -> None:
+        embedding = model.get_input_embeddings()
+        embedding.forward = ReadMarkers(embedding.forward, markers)
+        edited = decoder_layers_of(model)
+        for b in [at] if until is None else range(at, until + 1):
+            role = "write" if b == at else "cancel" if b == until else "carry"
+            edited[b].forward = ConceptWrite(edited[b].forward, markers, direction, strength, role)
+
+    params = {"at": at, "plus": plus_id, "minus": minus_id, "strength": strength, "until": until}
+    return _planted(lm, [Slot(i) for i in range(n)], "concept", params, scale_map(n), edit)
+
+
+def _planted(lm: LoadedModel, slots: list[Slot], kind: str, params: dict, mapping: list, edit=None
+             ) -> LoadedModel:
+    """The copy of ``lm`` whose block list is ``slots`` (then ``edit(copy)``), checked to run every block once,
+    with its info."""
     model = shared_copy(lm.model)
     as_tuple = blocks_return_tuples(model)  # asked of the copy before it is edited: the original is not run
     rebuild(model, slots, as_tuple)
+    if edit is not None:
+        edit(model)
     _check_runs(lm, model, len(slots))
     return LoadedModel(model=model, tokenizer=lm.tokenizer,
                        info=planted_info(lm.info, kind, params, mapping, len(slots)))

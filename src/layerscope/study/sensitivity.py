@@ -16,12 +16,13 @@ final layer after the final norm), and whether the label differs from the headli
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 from scipy import stats
 
 from ..report.markdown import number, signed
-from ..stats import bh_qvalues, cooks_distance, dependent_r_test, leave_one_out_r, pearson
+from ..stats import cooks_distance, dependent_r_test, leave_one_out_r, pearson
 
 
 def cook_cutoff(n: int) -> float:
@@ -84,13 +85,26 @@ def influence(x, y, names: list[str]) -> dict:
             "range": [float(finite.min()), float(finite.max())] if finite.size else [None, None]}
 
 
-def sign_flips(layers: list[int], x, y, level: float = 0.95) -> tuple[list[dict], list[dict]]:
+SIGN_FLIP_PERMUTATIONS = 2000
+"""Permutations of y behind :func:`sign_flips`' family-wise p (its smallest possible value is 1/2001)."""
+
+
+def sign_flips(layers: list[int], x, y, level: float = 0.95, n_permutations: int = SIGN_FLIP_PERMUTATIONS,
+               seed: int = 0) -> tuple[list[dict], list[dict]]:
     """Sign changes of r(x[:, i], y) between consecutive tested layers whose r is defined, split into those
-    where the two r differ significantly (Williams' t for correlations sharing y, Benjamini-Hochberg over the
-    candidate flips, q < 1 - level) and the flips within noise.
+    where the two r differ beyond what chance gives anywhere in the profile and the flips within noise.
+
+    Each candidate flip gets Williams' t for two correlations sharing y, and a family-wise p from the max-T
+    permutation test (Westfall & Young 1993): y is permuted ``n_permutations`` times, each permutation's largest
+    |t| over its own candidate flips (0 when it has none) is one draw of the null, and ``p_fwer`` of a flip is
+    ``(1 + #{draws >= |t|}) / (1 + n_permutations)`` (a draw within 1e-6 of |t|, relative, counts as equal:
+    with few categories the observed order recurs among the permutations). A flip is significant when
+    ``p_fwer < 1 - level``, so a profile with no association anywhere shows a significant flip at most
+    ``1 - level`` of the time, however many times it crosses zero (Benjamini-Hochberg over the flips that were
+    picked because they cross zero did not hold this on shuffled preferences: docs/validation.md).
 
     x: (n, len(layers)), y: (n,). Each flip is ``{"layer_before", "layer_after", "r_before", "r_after", "t", "p",
-    "q"}``.
+    "p_fwer"}``. With n! <= ``n_permutations`` every ordering of y is a draw and p_fwer = #{draws >= |t|} / n!.
     """
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     rs = [pearson(column, y)[0] for column in x.T]
@@ -101,10 +115,48 @@ def sign_flips(layers: list[int], x, y, level: float = 0.95) -> tuple[list[dict]
             t, p = dependent_r_test(rs[j], rs[i], pearson(x[:, i], x[:, j])[0], len(y))
             flips.append({"layer_before": layers[i], "layer_after": layers[j], "r_before": float(rs[i]),
                           "r_after": float(rs[j]), "t": _defined(t), "p": _defined(p)})
-    for flip, q in zip(flips, bh_qvalues([f["p"] if f["p"] is not None else np.nan for f in flips]), strict=False):
-        flip["q"] = _defined(q)
-    significant = [f for f in flips if f["q"] is not None and f["q"] < 1 - level]
+    for flip in flips:
+        flip["p_fwer"] = None  # n <= 3: Williams' t is undefined, so no flip can be tested
+    if flips and len(y) > 3:
+        exact, draws = max_flip_t(x[:, kept], y, n_permutations, seed)
+        for flip in flips:
+            t = flip["t"]
+            reached = None if t is None else np.count_nonzero(draws >= abs(t) * (1 - 1e-6))
+            flip["p_fwer"] = (None if t is None else float(reached / len(draws)) if exact
+                              else float((1 + reached) / (1 + len(draws))))
+    significant = [f for f in flips if f.get("p_fwer") is not None and f["p_fwer"] < 1 - level]
     return significant, [f for f in flips if f not in significant]
+
+
+def flip_p_text(flip: dict) -> str:
+    """``"p_fwer = 0.012"`` of a sign flip, or ``"q = 0.012"`` for a flip recorded before 0.13 (Benjamini-Hochberg
+    over the candidate flips), so that older results still render."""
+    return f"p_fwer = {number(flip['p_fwer'])}" if "p_fwer" in flip else f"q = {number(flip.get('q'))}"
+
+
+def max_flip_t(x: np.ndarray, y: np.ndarray, n_permutations: int, seed: int) -> tuple[bool, np.ndarray]:
+    """``(exact, draws)``: the largest |Williams' t| over the sign flips of r(x[:, i], y_perm) between consecutive
+    columns (0 for an ordering with no flip), for every ordering of y when n! <= ``n_permutations`` (``exact``)
+    or for that many seeded random ones (``scipy.stats.permutation_test``); x: (n, m) with every r defined."""
+    n, m = x.shape
+    centred = x - x.mean(axis=0)
+    xz = centred / np.linalg.norm(centred, axis=0)  # (n, m) unit columns: r = y_z @ xz
+    r_xz = np.einsum("ni,ni->i", xz[:, :-1], xz[:, 1:])  # (m - 1,) r of consecutive columns
+
+    def largest_t(y_perm: np.ndarray, axis: int = -1) -> np.ndarray:
+        yc = y_perm - y_perm.mean(axis=-1, keepdims=True)
+        r = (yc / np.linalg.norm(yc, axis=-1, keepdims=True)) @ xz  # (..., m)
+        before, after = r[..., :-1], r[..., 1:]
+        det = np.maximum(1 - before**2 - after**2 - r_xz**2 + 2 * before * after * r_xz, 0.0)
+        denominator = 2 * (n - 1) / (n - 3) * det + ((before + after) / 2) ** 2 * (1 - r_xz) ** 3
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.abs(after - before) * np.sqrt((n - 1) * (1 + r_xz) / denominator)
+        return np.where((before * after < 0) & (denominator > 0) & np.isfinite(t), t, 0.0).max(axis=-1)
+
+    result = stats.permutation_test((y,), largest_t, permutation_type="pairings", vectorized=True,
+                                    n_resamples=n_permutations, alternative="greater",
+                                    batch=max(1, 2_000_000 // (n * m)), rng=np.random.default_rng(seed))
+    return math.factorial(n) <= n_permutations, result.null_distribution
 
 
 def _defined(x) -> float | None:

@@ -47,6 +47,18 @@ def pick(n_texts: int, seed: int) -> tuple[list[str], str]:
     return [texts.texts[i] for i in index], texts.hash
 
 
+def texts_fit(lm: LoadedModel, max_length: int | None) -> None:
+    """Before any work: every text the card runs fits the model's positions (the statements and prompts of the
+    atlas passes as they are; the null relabelings' pairs and languages truncated to ``max_length`` when given),
+    else the one error that names the text and the fix."""
+    from ..data import load_pairs
+    from ..data.languages import load_languages
+    from ..engine.forward.guards import encode
+
+    encode(lm, load_texts().texts)
+    encode(lm, [*load_pairs().texts(), *(text for _, _, text in load_languages().texts())], max_length)
+
+
 def validate(lm: LoadedModel, instances: int = 20, seed: int = 42, n_texts: int = DEFAULT_TEXTS,
              n_resamples: int = 100, scaled: int | None = None, nulls: int | None = None,
              surgery_instances: int | None = None, max_length: int | None = None) -> dict:
@@ -54,6 +66,7 @@ def validate(lm: LoadedModel, instances: int = 20, seed: int = 42, n_texts: int 
     ``surgery_instances`` default to ``instances``, 5 x ``instances`` and ``instances // 3`` (at least 2);
     ``max_length`` truncates the null relabelings' study texts (for a model with few positions)."""
     started = time.perf_counter()
+    texts_fit(lm, max_length)
     scaled = instances if scaled is None else scaled
     nulls = 5 * instances if nulls is None else nulls
     surgery_instances = max(2, instances // 3) if surgery_instances is None else surgery_instances

@@ -15,6 +15,7 @@ from ...study.base import Study
 from ...study.config import StudyConfig
 from ...study.registry import register_study
 from ...study.result import StudyResult, make_table
+from ...study.sensitivity import flip_p_text
 from ...study.settings import PAIR_NOTES, PairSettings, setting
 from ..shared.categories import study_pairs
 from ..shared.caveats import category_warnings, small_n_caveat
@@ -87,10 +88,10 @@ def headline_line(model: str, s: DivergenceModel) -> str:
 
 
 def points_text(s: DivergenceModel, pooling: str) -> str:
-    """``"L11-L12 (q = 0.01)"``, ``"none (2 sign flips within noise)"`` or ``"none (positive throughout)"``."""
+    """``"L11-L12 (p_fwer = 0.01)"``, ``"none (2 sign flips within noise)"`` or ``"none (positive throughout)"``."""
     points, noise = s["divergence_points"][pooling], s["sign_flips_within_noise"][pooling]
     if points:
-        return ", ".join(f"L{p['layer_before']}-L{p['layer_after']} (q = {number(p['q'])})" for p in points)
+        return ", ".join(f"L{p['layer_before']}-L{p['layer_after']} ({flip_p_text(p)})" for p in points)
     if noise:
         return f"none ({len(noise)} sign flip{'s' if len(noise) > 1 else ''} within noise)"
     return f"none ({s['sign_throughout'][pooling]} throughout)"

@@ -196,7 +196,7 @@ def analyse_subset(run: PairRun, layers: list[int], sig: Significance
             verdicts[pooling] = {"pooling": pooling, "layer": final, "r": defined(stats[final]["value"]),
                                  "p": defined(stats[final]["p"]), "label": interpret(stats[final]["value"])}
             continue
-        points[pooling], noise[pooling] = sign_flips(layers, uas[pooling], pref, level)
+        points[pooling], noise[pooling] = sign_flips(layers, uas[pooling], pref, level, sig.n_permutations, sig.seed)
         shared = pooling == "first" and shared_first(run, layers)
         verdicts[pooling] = verdict(pooling, head, stats[head], at[head], pref, names, level,
                                     run.stage if head == final else None, SHARED_FIRST if shared else None)

@@ -14,6 +14,7 @@ from ...engine.forward.pooling import POOLINGS
 from ...modes import NOTEBOOKS
 from ...report.markdown import md_table, md_text, method_line, number, signed
 from ...study.result import StudyResult
+from ...study.sensitivity import flip_p_text
 from ..shared.caveats import legend_lines, warning_lines
 from ..shared.length import length_paragraph
 from ..shared.subsets import on_subset
@@ -87,7 +88,7 @@ def verdict_section(s: DivergenceModel, level: float) -> list[str]:
     stage = (f" Layer {final} is the last block's output before the model's final norm; after it, see the "
              "sensitivity checks." if head.get("stage") == "pre_norm" else "")
     points = s["divergence_points"]["mean"]
-    where = (", ".join(f"L{p['layer_before']}-L{p['layer_after']} (q = {number(p['q'])})" for p in points)
+    where = (", ".join(f"L{p['layer_before']}-L{p['layer_after']} ({flip_p_text(p)})" for p in points)
              if points else "none")
     noise = len(s["sign_flips_within_noise"]["mean"])
     return ["### Verdict", "",
@@ -190,12 +191,12 @@ def point_lines(pooling: str, points: list[SignChange], sign: str | None, noise:
         return [f"- **{pooling}**: n/a: {md_text(not_applicable[pooling])}."]
     kind = "divergence point" if noise is not None else "sign change"
     lines = [f"- **{pooling}**: {kind} between layer {p['layer_before']} (r = {signed(p['r_before'])}) and layer "
-             f"{p['layer_after']} (r = {signed(p['r_after'])})" + (f", q = {number(p['q'])}" if "q" in p else "")
+             f"{p['layer_after']} (r = {signed(p['r_after'])})" + (f", {flip_p_text(p)}" if "p" in p else "")
              for p in points]
     if noise:
         lines.append(f"- **{pooling}**: sign flips within noise: " + "; ".join(
             f"L{p['layer_before']} ({signed(p['r_before'])}) to L{p['layer_after']} ({signed(p['r_after'])}), "
-            f"q = {number(p['q'])}" for p in noise))
+            f"{flip_p_text(p)}" for p in noise))
     if lines:
         return lines
     text = (f"no sign change: r is {sign.upper()} across all tested layers" if sign not in ("unclear", None)

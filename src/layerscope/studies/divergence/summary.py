@@ -23,7 +23,7 @@ class SignChange(TypedDict):
     r_after: float  # r at layer_after
     t: NotRequired[float | None]  # Williams' t of r_after vs r_before (default mode)
     p: NotRequired[float | None]  # its p
-    q: NotRequired[float | None]  # Benjamini-Hochberg of p over the candidate flips
+    p_fwer: NotRequired[float | None]  # family-wise p: max-T permutation over the candidate flips
 
 
 class PoolingVerdict(TypedDict):

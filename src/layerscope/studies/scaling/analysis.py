@@ -153,7 +153,7 @@ def model_profile(run: PairRun, layers: list[int], pooling: str, sig: Significan
         "max_pos_significant": bool(peak["significant"] and peak["value"] > 0)})
     if controls:
         summary["max_pos_rho"] = defined(rho_tests[at]["value"])
-    significant, noise = sign_flips(layers, ua, pref, sig.level)
+    significant, noise = sign_flips(layers, ua, pref, sig.level, sig.n_permutations, sig.seed)
     summary["sign_changes"] = [_with_midpoint(flip, info.n_layers) for flip in significant]
     summary["sign_flips_within_noise"] = [_with_midpoint(flip, info.n_layers) for flip in noise]
     summary["peak"] = peak_label(summary, sig.level)

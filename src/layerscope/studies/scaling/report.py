@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ...report.markdown import md_table, md_text, method_line, number, signed
 from ...study.result import StudyResult
+from ...study.sensitivity import flip_p_text
 from ..shared.caveats import legend_lines, warning_lines
 from .summary import PeakCheck, PeakVerdict, ScalingModel, ScalingSummary, SignChange
 
@@ -127,8 +128,8 @@ def pct(x: float | None) -> str:
 
 
 def flips(points: list[SignChange]) -> str:
-    """``"L11-L12 (~38%, q = 0.012)"`` per sign change, or "none"."""
-    return ", ".join(f"L{c['layer_before']}-L{c['layer_after']} (~{c['midpoint_pct']:.0f}%, q = {number(c['q'])})"
+    """``"L11-L12 (~38%, p_fwer = 0.012)"`` per sign change, or "none"."""
+    return ", ".join(f"L{c['layer_before']}-L{c['layer_after']} (~{c['midpoint_pct']:.0f}%, {flip_p_text(c)})"
                      for c in points) or "none"
 
 

@@ -21,7 +21,7 @@ class SignChange(TypedDict):
     r_after: NotRequired[float]  # r at layer_after
     t: NotRequired[float | None]  # Williams' t of r_after vs r_before
     p: NotRequired[float | None]  # its p
-    q: NotRequired[float | None]  # Benjamini-Hochberg of p over the candidate flips
+    p_fwer: NotRequired[float | None]  # family-wise p: max-T permutation over the candidate flips
 
 
 class PeakCheck(TypedDict):
