@@ -3,6 +3,7 @@
     note("atlas boundary", "smollm2-135m")   # "validation card (smollm2-135m, 2026-12-01): found 38/40 planted
                                              #  [0.84, 0.99]; false alarms 3/100 [0.01, 0.08]"
     rows("surgery", "smollm2-135m")          # the card's rows of that verdict (empty for another model)
+    with_card("r = +0.12", "divergence: ...", "smollm2-135m")   # the key, "; " and the note when there is one
 
 The card is ``layerscope/data/bundled/validation_card.json``, written by ``tools/validation_findings.py`` from the
 run kept in docs/results/validation/ (never typed). Its rates are one model's: a verdict about another model gets
@@ -36,6 +37,13 @@ def rows(verdict: str, model: str) -> list[dict]:
     if c is None or c.get("model") != model:
         return []
     return [r for r in c["card"] if r["verdict"] == verdict and r["metric"] in WORDS]
+
+
+def with_card(key: str, verdict: str, model: str, metrics: tuple[str, ...] = ("false_alarm",)) -> str:
+    """A verdict table's ``key`` with the card's :func:`note` of ``verdict`` on ``model`` after it, when the card
+    has one."""
+    card_note = note(verdict, model, metrics)
+    return f"{key}; {card_note}" if card_note else key
 
 
 def note(verdict: str, model: str, metrics: tuple[str, ...] = ("power", "false_alarm")) -> str:

@@ -9,11 +9,17 @@ from __future__ import annotations
 
 from ...modes import NOTEBOOKS
 from ...study.result import StudyResult
+from ...study.validated import with_card
 from ...study.verdicts import NOT_ASSESSABLE, Verdict, flipped, seed_claim, status_of
 from .summary import AblationSummary, H5Verdict
 
 TESTED = {"SUPPORTED": True, "NOT_SUPPORTED": False, "INCONCLUSIVE": False}
 """What each default-mode H5 result says of the claim (NOT_APPLICABLE, UNDETERMINED: not assessable)."""
+
+
+def card_verdict(variant: str) -> str:
+    """H5's name on the validation card for one quantization variant (its rate under permuted languages)."""
+    return f"H5 [{variant}]"
 
 
 def claims(result: StudyResult) -> list[Verdict]:
@@ -33,7 +39,8 @@ def h5_claim(study: str, model: str, variant: str, h5: H5Verdict, seed: bool = F
     if result not in TESTED:
         return Verdict(study, model, f"{claim} ({result})", NOT_ASSESSABLE, reason_text(h5))
     flips = flipped(h5.get("checks"))
-    return Verdict(study, model, f"{claim} ({result})", status_of(TESTED[result], flips), reduction_text(h5), flips)
+    key = with_card(reduction_text(h5), f"{study}: {card_verdict(variant)}", model)
+    return Verdict(study, model, f"{claim} ({result})", status_of(TESTED[result], flips), key, flips)
 
 
 def reduction_text(h5: H5Verdict) -> str:

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from ...modes import NOTEBOOKS
 from ...study.result import StudyResult
+from ...study.validated import with_card
 from ...study.verdicts import NOT_ASSESSABLE, Verdict, flipped, key_text, seed_claim, status_of
 from .summary import DivergenceModel, DivergenceSummary, headline_entry
+
+CARD_VERDICT = "r(UA, pref) at the last tested layer, mean pooling"
+"""The headline verdict's name on the validation card (its false-alarm rate under shuffled preferences)."""
 
 
 def claims(result: StudyResult) -> list[Verdict]:
@@ -35,4 +39,4 @@ def model_claim(study: str, model: str, s: DivergenceModel, seed: bool = False) 
     flips = flipped(s.get("checks"))
     significant = bool(head["significant"])
     return Verdict(study, model, f"{claim}: {head['label']}" if significant else claim,
-                   status_of(significant, flips), key, flips)
+                   status_of(significant, flips), with_card(key, f"{study}: {CARD_VERDICT}", model), flips)

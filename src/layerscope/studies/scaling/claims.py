@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ...modes import NOTEBOOKS
 from ...study.result import StudyResult
+from ...study.validated import with_card
 from ...study.verdicts import NOT_ASSESSABLE, Verdict, flipped, key_text, seed_claim, status_of
 from .summary import PeakVerdict, ScalingModel, ScalingSummary, SeedStability
 
@@ -43,6 +44,10 @@ def stability_claim(study: str, models: str, v: PeakVerdict, peaks: dict[str, Sc
     return Verdict(study, models, f"{STABILITY}: {v['verdict']}", status_of(True, flips), key, flips)
 
 
+CARD_PEAK = "peak of r(UA, pref) (positive and significant)"
+"""A model's peak verdict's name on the validation card (its rate under shuffled preferences)."""
+
+
 def peak_claim(study: str, model: str, m: ScalingModel) -> Verdict:
     """A peak counts when its r is positive with q < 1 - level; fragile when a check moves it or its significance."""
     key = key_text("r", m.get("max_pos_r"), m.get("max_pos_ci"), q=m.get("max_pos_q"))
@@ -50,6 +55,7 @@ def peak_claim(study: str, model: str, m: ScalingModel) -> Verdict:
         return Verdict(study, model, seed_claim("peak of r(UA, pref)", peak_where(m), False), NOT_ASSESSABLE, key)
     flips = flipped(m.get("checks"))
     significant = None if m.get("max_pos_r") is None else bool(m["max_pos_significant"])
+    key = with_card(key, f"{study}: {CARD_PEAK}", model)
     return Verdict(study, model, f"peak of r(UA, pref) at {peak_where(m)}", status_of(significant, flips), key,
                    flips if significant is not None else ())
 
