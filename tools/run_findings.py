@@ -101,11 +101,16 @@ def keep_tests(log: Path) -> None:
     """The count and wall time of the last pytest summary line in ``log`` (a fresh clone's ``.ci/run`` output),
     with the commit and day given in its first lines ``commit <sha>`` and ``day <date>``."""
     text = log.read_text(encoding="utf-8", errors="replace")
-    summary = re.findall(r"^=* ?(\d+) passed(?:, (\d+) skipped)?(?:, \d+ warnings?)? in ([\d.]+)s", text, re.M)
+    # pytest's last line: "2706 passed, 1 skipped, 8 xfailed, 2 warnings in 2660.20s (0:44:20)", any outcome optional
+    summary = re.findall(r"^=* ?(\d+ passed(?:, \d+ [a-z]+)*) in ([\d.]+)s", text, re.M)
     head = dict(re.findall(r"^(commit|day|total_s) (\S+)$", text, re.M))
     if not summary or not {"commit", "day"} <= set(head):
         sys.exit(f"{log}: no 'N passed ... in Xs' line, or no 'commit' / 'day' line; pass the .ci/run log")
-    passed, skipped, seconds = summary[-1]
+    counts, seconds = summary[-1]
+    outcomes = {word: int(n) for n, word in re.findall(r"(\d+) ([a-z]+)", counts)}
+    if outcomes.get("failed") or outcomes.get("errors") or outcomes.get("error"):
+        sys.exit(f"{log}: the tests did not pass ({counts}); keep the numbers of a passing run")
+    passed, skipped = outcomes["passed"], outcomes.get("skipped", 0)
     made = json.loads((KEPT / "made.json").read_text())
     made["tests"] = {"passed": int(passed), "skipped": int(skipped or 0), "seconds": float(seconds),
                      "commit": head["commit"], "day": head["day"]}

