@@ -19,11 +19,11 @@ minimises cost + penalty x breaks.
 **The penalty.** A profile with no change is a straight line plus noise like the resamples'. For each resample r,
 the family's null profile is the full data's straight-line fit plus that resample's deviation from the resamples'
 mean, and its critical penalty is the smallest penalty at which the null gets no break (``max_k (C_0 - C_k) / k``).
-The families' penalties are set together so that, over the null profiles, the chance that any family gets a
-break is at most ``alpha`` (a max-type calibration: each family's critical penalties ranked, the largest rank per resample,
-the smallest rank at which the resamples reaching it, plus the new profile, are at most ``alpha`` of them all taken in
-every family). A profile with no change then gets an extra break, in any family, at most at rate ``alpha`` (exactly
-so in finite samples when it is exchangeable with the null profiles; 3-4 % with three families at 5 %).
+The families' penalties are set together so that a profile with no change gets a break in any family at most at
+rate ``alpha`` (a max-type calibration: each family's critical penalties ranked, the largest rank per resample, and
+in every family the smallest rank that the resamples reaching it, plus the new profile, are at most ``alpha`` of).
+The rate holds in finite samples for a profile exchangeable with the null profiles (3-4 % with three families at
+5 %).
 
 **The consensus.** Every family's breaks, merged across families when they lie within ``merge`` layers of each
 other (the lower median of the merged ones; each consensus boundary lists the families that see it): a change
