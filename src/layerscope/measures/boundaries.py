@@ -208,7 +208,7 @@ def _calibrate(critical: dict[str, np.ndarray], alpha: float) -> dict[str, float
     its ranks, for a family with fewer usable resamples), t the smallest rank with
     ``(#{resamples whose largest rank over the families is >= t} + 1) / (n + 1) <= alpha``.
 
-    That bound is exact in finite samples: were the new profile ranked among all n + 1, a null's rank would be at most
+    The bound holds in finite samples: were the new profile ranked among all n + 1, a null's rank would be at most
     one higher than among the n, so the rule holds for the n + 1 together, and the new profile is any one of them
     (the full-conformal argument; a 1 - alpha quantile of the n nulls' own largest ranks reached 6 % at 5 % with
     three families and 100 resamples: the ranks are coarse). With fewer nulls than that allows (about 20 per

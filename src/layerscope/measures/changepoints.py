@@ -136,7 +136,7 @@ def critical_penalties(tables: np.ndarray, min_size: int = 2) -> np.ndarray:
     The same exact dynamic programme as ``ruptures.Dynp`` (cost of the best cut of points 0 .. b - 1 into j + 1
     segments = min over a of the best j-segment cost up to a plus ``table[a, b]``), run as one min-plus product per
     k over all R signals: Dynp searches one signal at a time in Python, and a penalty's calibration needs a path
-    per resample (100x faster at R = 100, L = 31; tests compare both)."""
+    per resample (three families of 100 resamples over 31 layers: 0.2 s instead of 4.6 s; tests compare both)."""
     tables = np.asarray(tables, dtype=np.float64)
     rows, size = tables.shape[0], tables.shape[1] - 1
     most = size // min_size - 1
