@@ -69,3 +69,16 @@ def test_a_planted_change_is_found_within_a_layer_and_covered_at_t_or_t_plus_1()
     assert ("c", "boundary_error") not in by
     late = planted_rows("plant", fit, {"d": 4}, tol=2)  # 6 is t + 2: found within one layer? no
     assert not [r for r in late if r["metric"] == "power"][0]["success"]
+
+
+def test_the_boundary_scored_is_the_one_nearest_to_t_or_t_plus_1_not_the_lower_of_two_near_t():
+    # a change cut into a two-layer segment: boundaries at 5 and 7 around a change at t = 6 (between states 6, 7)
+    fit = jump_fit([5, 7, 14])
+    by = {(r["change"], r["metric"]): r for r in planted_rows("plant", fit, {"a": 6}, tol=2)}
+    assert by[("a", "power")]["success"] and by[("a", "power")]["value"] == 1  # |5 - 6| = |7 - 6| = 1
+    assert by[("a", "coverage")]["success"] and by[("a", "coverage")]["value"] == "7-7"  # 7 = t + 1 places it
+    assert by[("a", "boundary_error")]["value"] == 0.0
+    alone = jump_fit([5, 14])  # only the boundary at t - 1: found within a layer, its interval [5-5] misses
+    by = {(r["change"], r["metric"]): r for r in planted_rows("plant", alone, {"a": 6}, tol=2)}
+    assert by[("a", "power")]["success"] and not by[("a", "coverage")]["success"]
+    assert by[("a", "boundary_error")]["value"] == 1.0

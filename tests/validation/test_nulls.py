@@ -84,6 +84,28 @@ def test_divergence_null_instances_match_the_hand_shuffled_run(tiny_model, pair_
     assert len({row["value"] for row in rows if row["verdict"] == nulls.DIVERGENCE_HEADLINE}) == 3
 
 
+def test_divergence_point_instances_continue_the_full_ones_and_equal_the_study(tiny_model, pair_file):
+    from layerscope.studies.divergence.analysis import analyse_run
+
+    full = nulls.divergence_null(tiny_model, n_null=3, seed=5, dataset=pair_file, n_permutations=200)
+    cheap = nulls.divergence_point_null(tiny_model, n_null=3, seed=5, first=1, dataset=pair_file, n_permutations=200)
+    assert [r["instance"] for r in cheap] == [1, 1, 2, 2, 3, 3]
+    assert {r["verdict"] for r in cheap} == {nulls.DIVERGENCE_POINT, nulls.DIVERGENCE_LAYER}
+    keys = ("verdict", "printed", "value", "label", "status")
+    for i in (1, 2):  # the same shuffles as the full instances, the same verdicts
+        assert ([{k: r.get(k) for k in keys} for r in cheap if r["instance"] == i]
+                == [{k: r.get(k) for k in keys} for r in full if r["instance"] == i and r["verdict"] !=
+                    nulls.DIVERGENCE_HEADLINE])
+    pairs = load_pairs(pair_file)
+    acts = extract(tiny_model, pairs.texts(), cache=False)
+    config = StudyConfig("divergence", models=(tiny_model,), dataset=pair_file, n_permutations=200)
+    order = np.random.default_rng([5, 3]).permutation(pairs.n_pairs)  # instance 3: a new shuffle, by hand
+    s, _ = analyse_run(hand_relabelled(acts, pairs, order), config)
+    mine = {r["verdict"]: r for r in cheap if r["instance"] == 3}
+    assert mine[nulls.DIVERGENCE_LAYER]["label"] == s["significant_layers"]["mean"]
+    assert mine[nulls.DIVERGENCE_POINT]["value"] == len(s["divergence_points"]["mean"])
+
+
 def test_phases_null_instances_match_the_hand_shuffled_run(tiny_model, pair_file):
     from layerscope.studies.phases.analysis import analyse_run
 
@@ -238,7 +260,10 @@ def test_a_planted_link_is_printed_and_the_shuffle_breaks_it(tiny_model, tmp_pat
     settings = {"dataset": str(path), "n_permutations": 500}
     # divergence and the scaling peak: every pair's preference 10 x its category's UA, so r = +1 at the last layer
     run = planted(10 * ua[cats])
-    head = nulls.divergence_verdicts(run, StudyConfig("divergence", models=(tiny_model,), **settings))[0]
+    every = nulls.divergence_verdicts(run, StudyConfig("divergence", models=(tiny_model,), **settings))
+    head = every[0]
+    points = nulls.divergence_point_verdicts(run, StudyConfig("divergence", models=(tiny_model,), **settings))
+    assert points == every[1:] and points[1]["verdict"] == nulls.DIVERGENCE_LAYER and points[1]["value"] >= 1
     assert head["value"] == pytest.approx(1.0, abs=1e-9) and head["printed"] and head["status"] in nulls.PRINTED
     config = StudyConfig("scaling", models=(tiny_model,), **settings)
     summary, table = nulls.scaling_verdicts({"m": run}, config)

@@ -17,9 +17,9 @@ from .extract import MODEL_HELP
 @user_errors
 def validate_command(
     model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help=MODEL_HELP),
-    instances: int = typer.Option(20, "--instances", min=2, max=10_000, help="Planted instances per kind (inserted "
-                                  "bands, scaled writes); 10x as many profiles with no change; a third as many "
-                                  "surgery runs."),
+    instances: int = typer.Option(20, "--instances", min=2, max=10_000, help="Planted instances per kind (scaled "
+                                  "writes; 5x as many inserted bands, 10x as many profiles with no change; a "
+                                  "third as many surgery runs)."),
     texts: int = typer.Option(48, "--texts", min=4, max=100_000, help="Texts of each atlas pass: a seeded subset "
                               "of the bundled statements and prompts."),
     resamples: int = typer.Option(100, "--resamples", min=20, max=10_000, help="Bootstrap resamples behind each "

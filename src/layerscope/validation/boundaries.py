@@ -19,8 +19,8 @@ the band starts at layer ``at`` and ends at layer ``at + k`` (the first transiti
 hidden states may put the same change one layer later (the plateau's last state belongs to either segment), so a
 planted change is found when a consensus boundary lies within one layer of it. A change between hidden states t and
 t + 1 is placed at t (a family on transitions, or a fit that gives state t to the new segment) or at t + 1 (one that
-gives it to the old): its interval covers it when the interval of the consensus boundary nearest to it (within the
-tolerance) holds t or t + 1. Every block from ``start`` on writing ``scale`` times its write changes the
+gives it to the old): its interval covers it when the interval of the consensus boundary nearest to t or t + 1
+(within the tolerance) holds t or t + 1. Every block from ``start`` on writing ``scale`` times its write changes the
 similarity profile at transition ``start``.
 
 **Reuse.** The inserted blocks write nothing, so every hidden state of the planted model is one of the unplanted
@@ -115,23 +115,27 @@ def _consensus(fit: BoundaryFit) -> list[dict]:
 
 def planted_rows(check: str, fit: BoundaryFit, truths: dict[str, int], tol: int, **extra) -> list[dict]:
     """Per planted change (``truths``: {name: t}, the change between hidden states t and t + 1, which a fit may
-    place at layer t or t + 1): found within :data:`FOUND_WITHIN` of t (power), the interval of the consensus
-    boundary nearest to it (within ``tol``) holds t or t + 1 (coverage), that interval's width, and how far the
-    boundary that found it lies from t or t + 1 (boundary_error)."""
+    place at layer t or t + 1): a consensus boundary within :data:`FOUND_WITHIN` of t (power); the boundary
+    nearest to the change, i.e. to t or t + 1 (the lower on a tie), within ``tol``: its interval holds t or t + 1
+    (coverage), its width, and how far it lies from t or t + 1 (boundary_error, when the change is found).
+
+    The boundary scored is the one nearest to where a fit may place the change, t or t + 1, not to t alone: a
+    fit that cuts a change into a two-layer segment puts boundaries at t - 1 and t + 1, and t + 1 is the one that
+    places it (scoring t - 1, the lower of two equally near t, counted such changes uncovered)."""
     spans = _consensus(fit)
     rows = []
     for name, truth in truths.items():
-        near = min(spans, key=lambda s, t=truth: (abs(s["value"] - t), s["value"]), default=None)
-        distance = None if near is None else abs(near["value"] - truth)
-        covered = near is not None and distance <= tol and near["ci_lo"] <= truth + 1 and near["ci_hi"] >= truth
+        nearest = min((abs(s["value"] - truth) for s in spans), default=None)
+        near = min(spans, key=lambda s, t=truth: (min(abs(s["value"] - t), abs(s["value"] - t - 1)), s["value"]),
+                   default=None)
+        off = None if near is None else min(abs(near["value"] - truth), abs(near["value"] - truth - 1))
+        covered = near is not None and off <= tol and near["ci_lo"] <= truth + 1 and near["ci_hi"] >= truth
+        found = nearest is not None and nearest <= FOUND_WITHIN
         common = {"check": check, "verdict": VERDICT, "change": name, "truth": truth, **extra}
-        rows += [{**common, "metric": "power", "success": distance is not None and distance <= FOUND_WITHIN,
-                  "value": distance},
+        rows += [{**common, "metric": "power", "success": found, "value": nearest},
                  {**common, "metric": "coverage", "success": bool(covered),
                   "value": None if near is None else f"{near['ci_lo']}-{near['ci_hi']}"}]
-        if distance is not None and distance <= FOUND_WITHIN:
-            off = 0 if near["value"] in (truth, truth + 1) else min(abs(near["value"] - truth),
-                                                                     abs(near["value"] - truth - 1))
+        if found:
             rows += [{**common, "metric": "boundary_error", "success": True, "value": float(off)},
                      {**common, "metric": "interval_width", "success": True,
                       "value": float(near["ci_hi"] - near["ci_lo"])}]

@@ -7,12 +7,13 @@ verdict, score them against the planted truth, and write the validation card.
     write_card(result, "runs/validate")                    # index.html, report.md, table.csv, result.json
 
 What runs (each part's rows are its module's): the atlas's boundaries on the unplanted model, on inserted identity
-bands (``instances`` of them; the planted profiles derived from the unplanted pass, one real pass checking the
-derivation), on scaled writes (``scaled`` real passes), and on profiles with no change (``nulls``); surgery on
-inserted bands (``surgery`` instances) and on removed bands; the estimators on synthetic data of known dimension
-and similarity (:mod:`.estimators`). Every part is seeded from ``seed``; texts: a seeded subset of ``n_texts`` of
-the bundled pair statements and prompts. The statistical verdicts (divergence, phases, ablation, scaling, the
-probe's decodability) run their own analyses on null relabelings of their data (:func:`null_rows`).
+bands (:data:`IDENTITY_PER_INSTANCE` x ``instances``; the planted profiles derived from the unplanted pass, one real
+pass checking the derivation), on scaled writes (``scaled`` real passes), and on profiles with no change
+(``nulls``); surgery on inserted bands (``surgery`` instances) and on removed bands; the estimators on synthetic
+data of known dimension and similarity (:mod:`.estimators`). Every part is seeded from ``seed``; texts: a seeded
+subset of ``n_texts`` of the bundled pair statements and prompts. The statistical verdicts (divergence, phases,
+ablation, scaling, the probe's decodability) run their own analyses on null relabelings of their data
+(:func:`null_rows`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ DEFAULT_TEXTS = 48
 """Texts of each atlas pass: a seeded subset of the bundled statements and prompts (each scaled-writes instance
 runs one pass over them)."""
 
+
+IDENTITY_PER_INSTANCE = 5
+"""Inserted identity bands per planted instance (no forward pass, 0.6 s each): 20 bands (40 ends) cannot tell a
+coverage of 0.95 from one under 0.90 (on six seeds one card's 40 ends ranged over 0.15); 200 ends tell it within
+about 0.04."""
 
 NO_CHANGE_PER_INSTANCE = 10
 """Profiles with no change per planted instance: a false-alarm rate of 3 % is shown under 5 % with a Wilson upper
@@ -74,6 +80,7 @@ def validate(lm: LoadedModel, instances: int = 20, seed: int = 42, n_texts: int 
     started = time.perf_counter()
     texts_fit(lm, max_length)
     scaled = instances if scaled is None else scaled
+    identity = IDENTITY_PER_INSTANCE * instances
     nulls = NO_CHANGE_PER_INSTANCE * instances if nulls is None else nulls
     surgery_instances = max(2, instances // 3) if surgery_instances is None else surgery_instances
     texts, texts_hash = pick(n_texts, seed)
@@ -95,7 +102,7 @@ def validate(lm: LoadedModel, instances: int = 20, seed: int = 42, n_texts: int 
     part("recurrence", lambda rng: boundaries.recurrence_rows(base))
     part("derived check", lambda rng: boundaries.derived_check_rows(lm, base, texts, int(rng.integers(2, n - 1)),
                                                                      int(rng.choice(boundaries.BAND_SIZES))))
-    part("inserted identity", lambda rng: boundaries.identity_rows(base, rng, instances))
+    part("inserted identity", lambda rng: boundaries.identity_rows(base, rng, identity))
     part("no change", lambda rng: boundaries.null_rows(base, rng, nulls))
     part("scaled writes", lambda rng: boundaries.scaled_rows(lm, base, texts, rng, scaled))
     part("surgery", lambda rng: surgery.surgery_rows(lm, rng, surgery_instances, seed=seed))
@@ -107,7 +114,7 @@ def validate(lm: LoadedModel, instances: int = 20, seed: int = 42, n_texts: int 
                                     for r in estimators.random_cka_rows(seed) + estimators.twonn_rows(seed)])
     card = card_rows(rows)
     meta = {"model": lm.info.name, "day": f"{datetime.now(UTC):%Y-%m-%d}", "model_entry": model_entry(lm.info),
-            "instances": instances,
+            "instances": instances, "identity_instances": identity,
             "scaled_writes_instances": scaled, "no_change_instances": nulls, "surgery_instances": surgery_instances,
             "texts": f"{len(texts)} of the bundled statements and prompts (seeded)", "texts_hash": texts_hash,
             "n_resamples": n_resamples, "seed": seed, "seconds": {**seconds,
@@ -120,13 +127,23 @@ NULL_BOOTSTRAP = 2000
 """Bootstrap resamples of the phases study under its null (its default is more; each instance reruns it)."""
 
 
+DIVERGENCE_POINT_EXTRA = 10
+"""Shuffles per planted instance beyond the 5 every divergence verdict gets, for the divergence point and the
+significant layer alone (:func:`~.nulls.divergence_point_null`, 0.5 s each): their tests hold 5 %, and a rate near
+it on 100 shuffles (6/100 on the card of 2026-12-02) cannot be told from one under it; 300 show 3 % with an upper
+end under 10 %."""
+
+
 def null_rows(lm: LoadedModel, instances: int, seed: int, max_length: int | None = None) -> list[dict]:
     """Each statistical verdict under its null relabeling (:mod:`.nulls`), as card rows: a verdict printed where
-    nothing is there is a false alarm. Divergence, the scaling peak and ablation: 5 x ``instances`` relabelings;
+    nothing is there is a false alarm. Divergence, the scaling peak and ablation: 5 x ``instances`` relabelings
+    (the divergence points and significant layers :data:`DIVERGENCE_POINT_EXTRA` x ``instances`` more);
     phases (``n_bootstrap`` :data:`NULL_BOOTSTRAP`) and the split-pairs scaling null: ``instances``; the probe's
     decodable verdicts: ``instances // 4`` coin flips (at least 2)."""
     common = {"seed": seed, **({"max_length": max_length} if max_length else {})}
     made = (nulls.divergence_null(lm, n_null=5 * instances, **common)
+            + nulls.divergence_point_null(lm, n_null=DIVERGENCE_POINT_EXTRA * instances, first=5 * instances,
+                                          **common)
             + nulls.phases_null(lm, n_null=instances, n_bootstrap=NULL_BOOTSTRAP, **common)
             + nulls.ablation_null(lm, n_null=5 * instances, **common)
             + nulls.scaling_null(lm, n_null=5 * instances, **common)

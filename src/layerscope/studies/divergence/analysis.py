@@ -125,6 +125,12 @@ def analyse_run(run: PairRun, config: StudyConfig) -> tuple[DivergenceModel, lis
                          n_permutations=config.n_permutations, drop_category=config.drop_category)
 
 
+def tested_run(run: PairRun, compat: str | None) -> PairRun:
+    """The run :func:`analyse_model` tests: the last block's output before the final norm at layer n_layers,
+    except in the notebooks' mode (after it, as the notebook)."""
+    return run if compat == NOTEBOOKS else run.at_stage("pre_norm")
+
+
 def analyse_model(run: PairRun, layers: list[int], compat: str | None = None, level: float = 0.95, seed: int = 42,
                   n_permutations: int = 10_000, drop_category: str | None = None
                   ) -> tuple[DivergenceModel, list[dict]]:
@@ -136,8 +142,7 @@ def analyse_model(run: PairRun, layers: list[int], compat: str | None = None, le
 
     sig = Significance(compat, level, seed, n_permutations)
     seed_mode = compat == NOTEBOOKS
-    if not seed_mode:
-        run = run.at_stage("pre_norm")
+    run = tested_run(run, compat)
     summary, rows, arrays = analyse_subset(run, layers, sig)
     rows = in_subset(rows, subset_name(None))
     if not seed_mode:

@@ -120,15 +120,15 @@ def check_budget(n_null: int, seed: int, max_seconds: float | None) -> None:
 
 
 def run_instances(study: str, null: str, model: str, n_null: int, seed: int, setup_s: float,
-                  instance: Callable[[np.random.Generator], list[dict]], max_seconds: float | None = None
-                  ) -> list[dict]:
-    """``instance(np.random.default_rng([seed, i]))`` for i < n_null, each row with the study, null, instance,
-    seed, model, the instance's seconds and the setup's; with ``max_seconds``, no instance starts once the
-    instances so far took that long (the first always runs)."""
+                  instance: Callable[[np.random.Generator], list[dict]], max_seconds: float | None = None,
+                  first: int = 0) -> list[dict]:
+    """``instance(np.random.default_rng([seed, i]))`` for ``first`` <= i < ``first + n_null``, each row with the
+    study, null, instance, seed, model, the instance's seconds and the setup's; with ``max_seconds``, no instance
+    starts once the instances so far took that long (the first always runs)."""
     check_budget(n_null, seed, max_seconds)
     rows, spent = [], 0.0
-    for i in range(int(n_null)):
-        if max_seconds is not None and i and spent >= max_seconds:
+    for i in range(int(first), int(first) + int(n_null)):
+        if max_seconds is not None and i > first and spent >= max_seconds:
             break
         start = time.perf_counter()
         verdicts = instance(np.random.default_rng([int(seed), i]))

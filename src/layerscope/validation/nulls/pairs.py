@@ -41,11 +41,38 @@ def divergence_verdicts(run: PairRun, config: StudyConfig) -> list[dict]:
     s, _ = analyse_run(run, config)
     (v,) = Divergence.verdicts(result_of("divergence", config, {"models": {run.info.name: s}, "warnings": []}))
     head = headline_entry(s)
+    return [verdict_row(DIVERGENCE_HEADLINE, is_printed(v.status), v, head["label"], head["r"]), *_point_rows(s)]
+
+
+def _point_rows(s: dict) -> list[dict]:
     points, layers = s["divergence_points"]["mean"], s["significant_layers"]["mean"]
-    return [verdict_row(DIVERGENCE_HEADLINE, is_printed(v.status), v, head["label"], head["r"]),
-            verdict_row(DIVERGENCE_POINT, bool(points), None,
+    return [verdict_row(DIVERGENCE_POINT, bool(points), None,
                         [[p["layer_before"], p["layer_after"]] for p in points], len(points)),
             verdict_row(DIVERGENCE_LAYER, bool(layers), None, list(layers), len(layers))]
+
+
+def divergence_point_verdicts(run: PairRun, config: StudyConfig) -> list[dict]:
+    """The divergence point and significant-layer verdicts of :func:`divergence_verdicts` alone, from the analysis
+    on all pairs (``analyse_subset`` on the run as ``analyse_model`` tests it): they read nothing of the sensitivity
+    checks, which take two thirds of a full instance's time (tests check the rows are equal)."""
+    from ...studies.divergence.analysis import analyse_subset, tested_run
+    from ...studies.shared.correlation import Significance
+
+    sig = Significance(config.compat, config.ci_level, config.seed, config.n_permutations)
+    s, _, _ = analyse_subset(tested_run(run, config.compat), run.layers, sig)
+    return _point_rows(s)
+
+
+def divergence_point_null(lm_or_spec: str | LoadedModel = DEFAULT_MODEL, n_null: int = 200, seed: int = 0,
+                          first: int = 0, max_seconds: float | None = None, **settings: Any) -> list[dict]:
+    """:func:`divergence_point_verdicts` on instances ``first`` .. ``first + n_null - 1`` of
+    :func:`divergence_null`'s shuffles (the same draws: instances beyond a full run's are new ones)."""
+    check_budget(n_null, seed, max_seconds)
+    config = study_config("divergence", lm_or_spec, settings)
+    run, setup = pair_run(config)
+    return run_instances("divergence", SHUFFLED, run.info.name, n_null, seed, setup,
+                         lambda rng: divergence_point_verdicts(shuffled_run(run, rng), config), max_seconds,
+                         first=first)
 
 
 def divergence_null(lm_or_spec: str | LoadedModel = DEFAULT_MODEL, n_null: int = 200, seed: int = 0,
