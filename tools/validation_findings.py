@@ -7,7 +7,8 @@
 ``keep`` scores the card folder's recorded instance rows (``table.csv``) again with the current card code (no model
 runs) and writes ``result.json``, ``card.csv`` and ``report.txt`` (the card as markdown; not a page of the site)
 into ``docs/results/validation/``, with
-``made.json`` (the commit and day). ``write`` puts the card between ``<!-- validation-card:start -->``
+``made.json`` (the commit and day); a card of another model than :data:`PRIMARY` into
+``docs/results/validation/<model>/``. ``write`` puts the card between ``<!-- validation-card:start -->``
 and ``<!-- validation-card:end -->`` in docs/validation.md, and writes
 ``src/layerscope/data/bundled/validation_card.json`` (the card's rows, its model and day), which the studies read to
 print each verdict's measured rates beside it (:mod:`layerscope.study.validated`). Nothing in them is typed by hand.
@@ -28,6 +29,15 @@ KEPT = ROOT / "docs" / "results" / "validation"
 BUNDLED = ROOT / "src" / "layerscope" / "data" / "bundled" / "validation_card.json"
 
 
+PRIMARY = "smollm2-135m"
+"""The model whose card the studies print beside their verdicts; another model's card is kept in
+``docs/results/validation/<model>/`` and shown beside it on the page (block ``validation-card-<model>``)."""
+
+
+def kept_dir(model: str) -> Path:
+    return KEPT if model == PRIMARY else KEPT / model
+
+
 def keep(folder: Path) -> None:
     """The card of ``folder`` scored again from its instance rows by the current card code (no model runs), kept."""
     sys.path.insert(0, str(ROOT / "src"))
@@ -37,22 +47,23 @@ def keep(folder: Path) -> None:
     from layerscope.validation.run import rescore
 
     result = rescore(folder)
-    KEPT.mkdir(parents=True, exist_ok=True)
+    dest = kept_dir(result["meta"]["model"])
+    dest.mkdir(parents=True, exist_ok=True)
     shown = {k: v for k, v in result["meta"].items() if k not in ("model_entry", "versions")}
-    (KEPT / "report.txt").write_text(card_markdown(result["card"], shown))
-    pd.DataFrame(result["card"]).to_csv(KEPT / "card.csv", index=False)
-    (KEPT / "result.json").write_text(json.dumps({"card": result["card"], "meta": result["meta"]}, indent=2,
+    (dest / "report.txt").write_text(card_markdown(result["card"], shown))
+    pd.DataFrame(result["card"]).to_csv(dest / "card.csv", index=False)
+    (dest / "result.json").write_text(json.dumps({"card": result["card"], "meta": result["meta"]}, indent=2,
                                                  default=str) + "\n")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
     day = json.loads((folder / "result.json").read_text())["meta"].get("day")
-    (KEPT / "made.json").write_text(json.dumps({"commit": commit.stdout.strip(), "day": day}, indent=2) + "\n")
+    (dest / "made.json").write_text(json.dumps({"commit": commit.stdout.strip(), "day": day}, indent=2) + "\n")
 
 
-def card_block() -> str:
-    data = json.loads((KEPT / "result.json").read_text())
-    made = json.loads((KEPT / "made.json").read_text())
+def card_block(where: Path = KEPT) -> str:
+    data = json.loads((where / "result.json").read_text())
+    made = json.loads((where / "made.json").read_text())
     meta = data["meta"]
-    report = (KEPT / "report.txt").read_text()
+    report = (where / "report.txt").read_text()
     body = report.split("\n", 2)[2].strip()  # the report without its title line
     seconds = meta["seconds"]["total"]
     return (f"Recorded on {made['day']} (commit {made['commit']}) with `layerscope validate --model {meta['model']} "
@@ -69,7 +80,10 @@ def bundled() -> str:
 
 
 def write(check: bool) -> list[str]:
-    stale = write_blocks(ROOT, {"docs/validation.md": {"validation-card": card_block()}}, check)
+    blocks = {"validation-card": card_block()}
+    for made in sorted(KEPT.glob("*/made.json")):  # the cards of other models, beside the primary one
+        blocks[f"validation-card-{made.parent.name}"] = card_block(made.parent)
+    stale = write_blocks(ROOT, {"docs/validation.md": blocks}, check)
     text = bundled()
     if not BUNDLED.exists() or BUNDLED.read_text() != text:
         stale.append(str(BUNDLED.relative_to(ROOT)))
