@@ -40,8 +40,8 @@ def two_texts_each(tmp_path_factory):
     return path
 
 
-def test_anisotropy_on_smollm2_says_where_the_saturation_comes_from(tmp_path):
-    data, table = run(tmp_path / "an", "anisotropy")
+def test_anisotropy_on_smollm2_says_where_the_saturation_comes_from(real_suite):
+    data, table, out = real_suite.study("anisotropy")
     s = data["summary"]["models"]["smollm2-135m"]
     assert s["n_prompts"] >= 32 and set(s["token_sets"]) == {"all", "excl_pos0", "excl_massive", "excl_pos0_massive"}
     top1 = table[(table["metric"] == "top1_ratio") & (table["tokens"] == "all")].sort_values("layer")
@@ -50,9 +50,9 @@ def test_anisotropy_on_smollm2_says_where_the_saturation_comes_from(tmp_path):
     assert (top1[top1["layer"].between(12, 28)]["value"] > 0.99).all()  # the notebook's "1.000"
     without = table[(table["metric"] == "top1_ratio") & (table["tokens"] == "excl_pos0")]
     assert (without[without["layer"].between(12, 28)]["value"] < 0.5).all()
-    report = (tmp_path / "an" / "report.md").read_text()
+    report = (out / "report.md").read_text()
     assert "Is the top-1 share an outlier-dimension effect?" in report and "position-0 token" in report
-    assert (tmp_path / "an" / "anisotropy_results.zip").stat().st_size > 10_000
+    assert (out / "anisotropy_results.zip").stat().st_size > 10_000
 
 
 def test_anisotropy_metrics_on_real_states_equal_the_d_by_d_computation():

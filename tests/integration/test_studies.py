@@ -1,26 +1,13 @@
-"""Each study end to end on the real models, through the CLI."""
+"""Each study end to end on the real models, through the CLI: the studies of the README's `layerscope run`
+(``real_suite``, one run shared with the suite test), read study by study."""
 
-import json
-
-import pandas as pd
 import pytest
-from typer.testing import CliRunner
-
-from layerscope.cli import app
 
 pytestmark = pytest.mark.integration
-runner = CliRunner()
 
 
-def run(tmp_path, *args):
-    out = tmp_path / args[0]
-    result = runner.invoke(app, ["run", *args, "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    return json.loads((out / "result.json").read_text()), pd.read_csv(out / "table.csv"), out
-
-
-def test_divergence_on_smollm2(tmp_path):
-    data, table, out = run(tmp_path, "divergence")
+def test_divergence_on_smollm2(real_suite):
+    data, table, out = real_suite.study("divergence")
     s = data["summary"]["models"]["smollm2-135m"]
     assert s["layers"] == list(range(31)) and s["n_categories"] == 7
     main = table[(table["metric"] == "r_ua_pref") & (table["subset"] == "all")]  # not the checks' rows
@@ -32,8 +19,8 @@ def test_divergence_on_smollm2(tmp_path):
     assert (out / "divergence.png").stat().st_size > 10_000
 
 
-def test_phases_on_smollm2_all_layers_10000_resamples(tmp_path):
-    data, table, out = run(tmp_path, "phases")
+def test_phases_on_smollm2_all_layers_10000_resamples(real_suite):
+    data, table, out = real_suite.study("phases")
     s = data["summary"]["models"]["smollm2-135m"]
     assert s["n_bootstrap"] == 10_000 and s["layers"] == list(range(31)) and s["n_pairs"] == 154
     rows = table[(table["metric"] == "r_centroid_pref") & (table["subset"] == "all")]
@@ -43,8 +30,8 @@ def test_phases_on_smollm2_all_layers_10000_resamples(tmp_path):
     assert (out / "phases.png").exists()
 
 
-def test_scaling_on_smollm2_and_gemma3(tmp_path):
-    data, table, _ = run(tmp_path, "scaling", "--model", "smollm2-135m", "--model", "gemma3-270m")
+def test_scaling_on_smollm2_and_gemma3(real_suite):
+    data, table, _ = real_suite.study("scaling")
     models = {m["name"]: m for m in data["manifest"]["models"]}
     assert models["smollm2-135m"]["n_layers"] == 30 and models["gemma3-270m"]["n_layers"] == 18
     assert models["smollm2-135m"]["adds_bos"] is False and models["gemma3-270m"]["adds_bos"] is True

@@ -3,9 +3,6 @@ in headless Chromium. (`make run` adds ``--tuned-lens auto`` after training Smol
 this CPU: the atlas with a tuned lens is tested on tiny models and in the atlas page's example.)"""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -16,11 +13,8 @@ from layerscope.run.config_file import SUITE
 pytestmark = pytest.mark.integration
 
 
-def test_layerscope_run_writes_every_study_and_a_page_chromium_renders(tmp_path):
-    layerscope = Path(sys.executable).parent / "layerscope"
-    done = subprocess.run([str(layerscope), "run"], cwd=tmp_path, capture_output=True, text=True, timeout=3000)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (folder,) = (tmp_path / "runs").iterdir()
+def test_layerscope_run_writes_every_study_and_a_page_chromium_renders(real_suite):
+    folder, done = real_suite.folder, real_suite
     assert {p.name for p in folder.iterdir()} == {*SUITE, "config.yaml", "index.html", ".layerscope.json"}
     models = {name: json.loads((folder / name / "result.json").read_text())["config"]["models"] for name in SUITE}
     assert models == {**{name: ["smollm2-135m"] for name in SUITE}, "scaling": ["smollm2-135m", "gemma3-270m"]}
