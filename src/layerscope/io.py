@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .errors import EDQUOT, FORCE, OUT, DiskFullError, OutputError, WriteCause, write_cause
+from .jsonfile import read_json
 from .paths import cache_error
 from .provenance import VERSION
 
@@ -105,7 +106,7 @@ def write_marker(folder: str | os.PathLike, kind: str, **extra: Any) -> None:
 def read_marker(folder: str | os.PathLike) -> dict | None:
     """The marker of a folder layerscope wrote, or None (no marker, or not layerscope's)."""
     try:
-        data = json.loads((Path(folder) / MARKER).read_text(encoding="utf-8"))
+        data = read_json(Path(folder) / MARKER)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and data.get("written_by") == "layerscope" else None

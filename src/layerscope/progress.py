@@ -25,6 +25,8 @@ from typing import TypeVar
 
 from tqdm.auto import tqdm
 
+from .terminal import say, shown
+
 T = TypeVar("T")
 LINE_EVERY_S = 10.0
 """Without a terminal: the longest quiet stretch between two progress lines."""
@@ -54,7 +56,7 @@ def steps(items: Iterable[T], desc: str, unit: str = "step", total: int | None =
         yield from items
         return
     if sys.stderr.isatty():
-        yield from tqdm(items, desc=desc, unit=unit, total=total, initial=initial, leave=False)
+        yield from tqdm(items, desc=shown(desc), unit=unit, total=total, initial=initial, leave=False)
         return
     yield from _lines(items, desc, unit, total, initial)
 
@@ -88,8 +90,7 @@ def _lines(items: Iterable[T], desc: str, unit: str, total: int | None, initial:
             count = total if total is not None else done
             left = time_left(now - start, done - initial, None if total is None else total - initial)
             eta = f", about {duration(left)} left" if left is not None and done != total else ""
-            print(f"{desc}: {done}{of} {plural(unit, count)} ({duration(now - start)}{eta})", file=sys.stderr,
-                  flush=True)
+            say(f"{desc}: {done}{of} {plural(unit, count)} ({duration(now - start)}{eta})", err=True)
             last = now
 
 
@@ -104,7 +105,7 @@ def stage(desc: str, estimate_s: float | None = None, tick_s: float = 0.5) -> It
     stop = threading.Event()
     start = time.perf_counter()
     if sys.stderr.isatty():
-        bar = tqdm(total=round(estimate_s) if estimate_s else None, desc=desc, unit="s", leave=False,
+        bar = tqdm(total=round(estimate_s) if estimate_s else None, desc=shown(desc), unit="s", leave=False,
                    bar_format="{desc}: {elapsed} elapsed, about {remaining} left|{bar}|" if estimate_s else None)
 
         def tick() -> None:
@@ -119,7 +120,7 @@ def stage(desc: str, estimate_s: float | None = None, tick_s: float = 0.5) -> It
                 spent = time.perf_counter() - start
                 left = ("" if not estimate_s else f", about {duration(estimate_s - spent)} left" if spent < estimate_s
                         else f", past its estimate of {duration(estimate_s)}")
-                print(f"{desc}: {duration(spent)}{left}", file=sys.stderr, flush=True)
+                say(f"{desc}: {duration(spent)}{left}", err=True)
 
     ticker = threading.Thread(target=tick, name="layerscope-progress", daemon=True)
     ticker.start()
@@ -135,4 +136,4 @@ def stage(desc: str, estimate_s: float | None = None, tick_s: float = 0.5) -> It
 def note(text: str) -> None:
     """One line on stderr about the work ahead (e.g. a plan and its estimated time), unless progress is off."""
     if enabled():
-        print(text, file=sys.stderr, flush=True)
+        say(text, err=True)

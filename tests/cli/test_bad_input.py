@@ -73,6 +73,25 @@ def no_tokenizer_folder(folder):
     return folder
 
 
+DEEP = "[" * 100_000 + "]" * 100_000
+"""JSON nested 100,000 levels deep: Python's parser raises RecursionError on it."""
+
+
+def deep_config_folder(folder):
+    """A tiny model whose config.json is :data:`DEEP` inside an object."""
+    tiny.save(folder, "llama", adds_bos=False)
+    (folder / "config.json").write_text('{"architectures": ' + DEEP + "}")
+    return folder
+
+
+def deep_lens_folder(folder):
+    """A tuned-lens folder whose config.json is :data:`DEEP`, beside an empty params.pt."""
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(DEEP)
+    (folder / "params.pt").write_bytes(b"")
+    return folder
+
+
 MODEL_BUILDERS = {
     "model": lambda folder: tiny.save(folder, "llama", adds_bos=False),
     "bert": bert_folder,
@@ -80,10 +99,12 @@ MODEL_BUILDERS = {
     "short_gpt2": short_gpt2_folder,
     "corrupt_model": corrupt_folder,
     "no_tokenizer": no_tokenizer_folder,
+    "deep_config": deep_config_folder,
+    "deep_lens": deep_lens_folder,
 }
 """Model folders a case can name as ``{key}``: ``key -> builder(folder) -> folder``."""
 
-COMMANDS = ("report", "sweep", "extract")
+COMMANDS = ("report", "sweep", "extract", "lens")
 
 
 @pytest.fixture(scope="module")
@@ -248,6 +269,12 @@ CASES = [
      {"LAYERSCOPE_CACHE": "{tmp}/cache.txt/layerscope"}),
     ("report on a corrupt result.json", {"run1/result.json": "{", "run1/table.csv": TABLE_HEAD}, ["report", "run1"],
      "cannot read run1/result.json: not valid JSON"),
+    ("report on a deeply nested result.json", {"run1/result.json": DEEP, "run1/table.csv": TABLE_HEAD},
+     ["report", "run1"], "cannot read run1/result.json: JSON nested too deeply (more than 64 levels)"),
+    ("model config.json nested too deeply", {}, ["divergence", "--model", "{deep_config}"],
+     "config.json: JSON nested too deeply"),
+    ("tuned-lens config.json nested too deeply", {}, ["lens", "Hi", "--model", "{model}", "--tuned", "{deep_lens}"],
+     "config.json: JSON nested too deeply"),
     ("report on a truncated result.json", {"run1/result.json": RESULT[:len(RESULT) // 2], "run1/table.csv": TABLE_HEAD,
                                            "run1/config.yaml": "divergence: {}\n"}, ["report", "run1"],
      "damaged or truncated: rerun the study: layerscope run --config run1/config.yaml"),

@@ -23,6 +23,7 @@ from typer.core import TyperGroup
 from ..errors import LayerscopeError
 from ..modes import RenamedValueWarning
 from ..provenance import VERSION
+from ..terminal import ShownFormatter, say
 
 try:  # typer >= 0.26 carries its own copy of click
     from typer._click.exceptions import ClickException
@@ -32,7 +33,7 @@ except ImportError:  # pragma: no cover
 
 def print_error(message: str) -> None:
     """The one line every input error ends in, on stderr."""
-    typer.echo(f"error: {' '.join(message.split())}", err=True)
+    say(f"error: {' '.join(message.split())}", err=True)
 
 
 class OneLineErrors(TyperGroup):
@@ -54,7 +55,7 @@ class OneLineErrors(TyperGroup):
             print_error(f"{exc.format_message().rstrip('.')}; see `{command} --help`")
             sys.exit(2)
         except typer.Abort:
-            typer.echo("Aborted!", err=True)
+            say("Aborted!", err=True)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
 
@@ -72,7 +73,7 @@ app = typer.Typer(
 
 def version_callback(value: bool) -> None:
     if value:
-        typer.echo(f"layerscope {VERSION}")
+        say(f"layerscope {VERSION}")
         raise typer.Exit()
 
 
@@ -85,8 +86,9 @@ def root(
 
 
 def setup_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(ShownFormatter("%(levelname)s %(name)s: %(message)s"))  # a name from outside stays text
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
     import transformers
 
     transformers.logging.set_verbosity_error()  # its load-time chatter hides our messages
@@ -107,7 +109,7 @@ def renamed_values_as_notes() -> Iterator[None]:
                 return shown(message, category, *args, **kwargs)
             if str(message) not in seen:
                 seen.add(str(message))
-                typer.echo(f"note: {message}", err=True)
+                say(f"note: {message}", err=True)
 
         warnings.showwarning = show
         warnings.simplefilter("always", RenamedValueWarning)

@@ -12,6 +12,7 @@ import typer
 
 from ..models import DEFAULT_MODEL, ZOO  # the zoo's names only: no torch until the command runs
 from ..provenance import library_versions
+from ..terminal import say
 from .app import app, setup_logging, user_errors
 
 if TYPE_CHECKING:
@@ -88,8 +89,8 @@ def extract_command(
         acts.save(tmp / "activations.npz")
         atomic_write_json(tmp / "manifest.json", manifest(acts, pairs, batch_size, load_s=loaded - started,
                                                           total_s=time.perf_counter() - started))
-    typer.echo(summary(acts, pairs))
-    typer.echo(f"\nwrote {out / 'activations.npz'} and {out / 'manifest.json'}")
+    say(summary(acts, pairs))
+    say(f"\nwrote {out / 'activations.npz'} and {out / 'manifest.json'}")
 
 
 def manifest(acts: Activations, pairs: PairDataset, batch_size: int | None, *, load_s: float, total_s: float) -> dict:

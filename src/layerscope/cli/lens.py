@@ -23,6 +23,7 @@ import typer
 
 from ..errors import FORCE, OUT, DatasetError, OutputError
 from ..models import DEFAULT_MODEL
+from ..terminal import say
 from .app import app, setup_logging, user_errors
 from .extract import MODEL_HELP, DType
 
@@ -70,18 +71,18 @@ def lens_command(
     translators = load_tuned(tuned, lm) if tuned is not None else None
     table = lens(lm, prompts if texts is not None else prompts[0], top_k=top_k, lens=translators)
     which = "logit lens" if translators is None else "tuned lens"
-    typer.echo(f"{which} of {lm.info.name}: the top-1 next token at each layer (rows; {lm.info.n_layers} = "
+    say(f"{which} of {lm.info.name}: the top-1 next token at each layer (rows; {lm.info.n_layers} = "
                "the model's output) after each input token (columns); · = space")
     for i, (key, text) in enumerate(zip(table.prompt_indices(), table.texts(), strict=True)):
         if key is not None:
-            typer.echo(f"\ntext {i + 1}: {text}")
-        typer.echo(table.grid(key))
+            say(f"\ntext {i + 1}: {text}")
+        say(table.grid(key))
     if out:
         from ..io import worded_writes
 
         with worded_writes(out):  # a full disk, a file-size limit, a read-only folder...: one error naming --out
             write_files(table, targets, lm.info.name, prompts)
-        typer.echo(f"\nwrote {', '.join(str(p) for p in targets)}")
+        say(f"\nwrote {', '.join(str(p) for p in targets)}")
 
 
 def load_tuned(tuned: str, lm):
@@ -177,11 +178,11 @@ def train_lens_command(
         check_writable(target, force)
     lens, folder, fresh = trained_lens(lm, texts, str(corpus) if corpus is not None else None, force=force,
                                        out=out, started=started, **train)
-    typer.echo(f"{'trained' if fresh else 'found'} the tuned lens of {lm.info.name} in {folder}")
+    say(f"{'trained' if fresh else 'found'} the tuned lens of {lm.info.name} in {folder}")
     record = lens.record
     budget = record.get("tokens") or {}
     if budget:
-        typer.echo(f"budget: {record.get('steps')} steps, {budget['token_draws']:,} token-draws over "
+        say(f"budget: {record.get('steps')} steps, {budget['token_draws']:,} token-draws over "
                    f"{budget['train_rows']:,} training tokens ({budget['distinct_train_rows']:,} distinct); "
                    f"Belrose et al.: {budget['paper_tokens_per_step']:,} tokens per step, "
                    f"{budget['paper_token_draws']:,} token-draws")
@@ -191,15 +192,15 @@ def train_lens_command(
     if held and fresh:
         write_comparison(folder / "lens_eval.png", evaluation, lm.info.name)
     if held:
-        typer.echo(f"bits per token; held out: {evaluation['tokens']:,} tokens of {evaluation['texts']} texts "
+        say(f"bits per token; held out: {evaluation['tokens']:,} tokens of {evaluation['texts']} texts "
                    "whose prefixes no training text starts with; in sample: training tokens")
-        typer.echo("state  KL logit  KL tuned  KL tuned   CE logit  CE tuned\n"
+        say("state  KL logit  KL tuned  KL tuned   CE logit  CE tuned\n"
                    "       held out  held out  in sample  held out  held out")
         for state in range(len(held["tuned_kl"])):
             row = (held["logit_kl"][state], held["tuned_kl"][state],
                    inside["tuned_kl"][state] if inside else float("nan"), held["logit_ce"][state],
                    held["tuned_ce"][state])
-            typer.echo(f"{state:>5}  " + "  ".join(f"{v:8.3f}" for v in row))
+            say(f"{state:>5}  " + "  ".join(f"{v:8.3f}" for v in row))
 
 
 MIN_CORPUS_TEXTS = 2

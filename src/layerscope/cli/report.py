@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from ..errors import OutputError
+from ..terminal import say
 from .app import app, user_errors
 
 
@@ -37,7 +38,7 @@ def report_command(
     if formats is not None:
         with worded_writes(folder, elsewhere):
             written = rewrite_figures(folder, formats)
-        typer.echo(f"wrote {len(written)} figure files ({', '.join(formats)})")
+        say(f"wrote {len(written)} figure files ({', '.join(formats)})")
     with worded_writes(folder, elsewhere):
         index = write_index(folder)
-    typer.echo(f"wrote {index}")
+    say(f"wrote {index}")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import typer
 
+from ..terminal import say
 from .app import app, setup_logging, user_errors
 from .run_options import SETTINGS, RunCommand
 from .sweep import Executor, finish_sweep
@@ -88,14 +89,14 @@ def run_command(
         result = run_study(config)
         result.write(out, force=force)
         for line in get_study(name).headline(result):
-            typer.echo(f"{name}: {line}")
-        typer.echo(f"wrote {out}/ (index.html, result.json, table.csv, report.md, figures, config.yaml)")
+            say(f"{name}: {line}")
+        say(f"wrote {out}/ (index.html, result.json, table.csv, report.md, figures, config.yaml)")
         return
     if out is None:
         resolved = dump_configs({n: c.to_dict() for n, c in with_default_models(found).items()})
         out = find_partial(Path("runs"), resolved) or Path("runs") / stamp
-    run_suite(found, out, force=force, echo=typer.echo, inputs=inputs)
-    typer.echo(f"wrote {out}/index.html and one folder per study ({', '.join(found)})")
+    run_suite(found, out, force=force, echo=say, inputs=inputs)
+    say(f"wrote {out}/index.html and one folder per study ({', '.join(found)})")
 
 
 @app.command("studies")
@@ -116,4 +117,4 @@ def print_studies() -> None:
              for name in unavailable()]
     name_w, origin_w = (max(len(row[i]) for row in rows) for i in (0, 1))
     for name, origin, title in rows:
-        typer.echo(f"{name:<{name_w}}  {origin:<{origin_w}}  {title}".rstrip())
+        say(f"{name:<{name_w}}  {origin:<{origin_w}}  {title}".rstrip())

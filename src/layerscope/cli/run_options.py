@@ -21,7 +21,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand
 
+from ..terminal import say
 from .extract import Compat, DType, StoreDType
 
 try:  # typer >= 0.26 carries its own copy of click
@@ -163,8 +163,8 @@ def build_options(taken: set[str]) -> list[SettingOption]:
         decls = ALIASES.get(name, (f"--{'no-' if inverted else ''}{name.replace('_', '-')}",))
         clash = [d for d in (name, *decls) if d in taken]
         if clash:
-            print(f"warning: setting '{name}' is not offered as {decls[0]}: `layerscope run` has {clash[0]} "
-                  "already; set it in a config file", file=sys.stderr)
+            say(f"warning: setting '{name}' is not offered as {decls[0]}: `layerscope run` has {clash[0]} "
+                "already; set it in a config file", err=True)
             continue
         taken.update((name, *decls))
         specs.append((name, annotation, typer.Option(None if annotation is not bool else False, *decls,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from ..terminal import say
 from .app import app, setup_logging, user_errors
 
 if TYPE_CHECKING:
@@ -69,9 +70,9 @@ def finish_sweep(plan: SweepPlan, out: Path, force: bool, inputs: tuple[Path, ..
     ``inputs``: the config file, which ``out`` may not hold."""
     from ..sweep import run_sweep
 
-    summary = run_sweep(plan, out, force=force, echo=typer.echo, inputs=inputs)
-    typer.echo(f"wrote {out}/ (index.html, table.csv, sweep.json, figures; one folder per task under tasks/)")
+    summary = run_sweep(plan, out, force=force, echo=say, inputs=inputs)
+    say(f"wrote {out}/ (index.html, table.csv, sweep.json, figures; one folder per task under tasks/)")
     if summary["n_failed"]:
-        typer.echo(f"error: {summary['n_failed']} of {len(summary['tasks'])} tasks failed (see {out}/sweep.json); "
+        say(f"error: {summary['n_failed']} of {len(summary['tasks'])} tasks failed (see {out}/sweep.json); "
                    "fix them and run the same command again: finished tasks are kept", err=True)
         raise typer.Exit(code=1)

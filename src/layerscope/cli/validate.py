@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from ..models import DEFAULT_MODEL
+from ..terminal import say
 from .app import app, setup_logging, user_errors
 from .extract import MODEL_HELP
 
@@ -50,6 +51,6 @@ def validate_command(
     from ..validation.card import standing
 
     words = [standing(c) for c in result["card"]]
-    typer.echo(f"{len(words)} checks: {words.count('yes')} meet their target, {words.count('no')} miss it, "
+    say(f"{len(words)} checks: {words.count('yes')} meet their target, {words.count('no')} miss it, "
                f"{words.count('too few instances')} need more instances; {result['meta']['seconds']['total']:.0f} s")
-    typer.echo(f"wrote {out / 'index.html'}")
+    say(f"wrote {out / 'index.html'}")

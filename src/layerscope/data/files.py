@@ -10,12 +10,12 @@ Every loader (pairs, prompts, languages, the phase reference, ablation configs) 
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from ..errors import DatasetError, short
+from ..jsonfile import JSONReadError, loads_json
 
 
 def file_problem(path: Path, option: str | None = None) -> str | None:
@@ -83,17 +83,9 @@ def parse_json(path: Path, text: str, where: str = "") -> Any:
         return obj
 
     try:
-        return json.loads(text, object_pairs_hook=unique)
-    except json.JSONDecodeError as exc:
-        at = f"line {exc.lineno}, column {exc.colno}: " if not where else ""
-        raise DatasetError(f"{path}{where}: not valid JSON ({at}{exc.msg})") from None
-    except RecursionError:
-        raise DatasetError(f"{path}{where}: JSON nested too deeply to read; the format needs only a few "
-                           "levels") from None
-    except ValueError as exc:  # an integer literal of more than 4300 digits (sys.get_int_max_str_digits)
-        reason = str(exc).split(":")[0]
-        raise DatasetError(f"{path}{where}: a number in it is too long to read ({reason}); no number in this "
-                           "format needs that many digits, so check that this is the right file") from None
+        return loads_json(text, what=f"{path}{where}", object_pairs_hook=unique)
+    except JSONReadError as exc:
+        raise DatasetError(str(exc)) from None
 
 
 def check_text(value: str) -> str | None:

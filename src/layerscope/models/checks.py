@@ -14,7 +14,6 @@ its layer-wise geometry both assume it; an encoder such as BERT loads in transfo
 from __future__ import annotations
 
 import functools
-import json
 import re
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import torch
 from torch import nn
 
 from ..errors import ModelLoadError, short
+from ..jsonfile import JSONReadError, read_json
 from .info import input_device, probe_ids
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model",
@@ -53,12 +53,16 @@ def check_folder(folder: Path) -> None:
 
 def check_no_custom_code(folder: Path, spec: str) -> None:
     """Raise :func:`custom_code_error` when ``folder``'s config.json or tokenizer_config.json has an ``auto_map``
-    (classes from Python files that ship with the model). A missing or unreadable file is left to transformers."""
+    (classes from Python files that ship with the model), a :class:`ModelLoadError` naming the file when it is not
+    JSON that can be read (nested too deeply, not UTF-8, not a regular file, not JSON: transformers would recurse
+    or block on it). A missing or unreadable file is left to transformers."""
     for name in CUSTOM_CODE_FILES:
         try:
-            data = json.loads((folder / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = read_json(folder / name)
+        except OSError:
             continue
+        except JSONReadError as exc:
+            raise ModelLoadError(f"model {spec}: {exc}; download or save the model again") from None
         auto_map = data.get("auto_map") if isinstance(data, dict) else None
         if auto_map:
             raise custom_code_error(spec, str(folder), name, auto_map)

@@ -20,6 +20,7 @@ from typing import Any
 from markdown_it import MarkdownIt
 
 from ..modes import NOTEBOOKS
+from ..terminal import shown
 
 LARGE = 1e5
 """From this magnitude on, ``number`` and ``signed`` print scientific notation (``digits`` significant digits)."""
@@ -118,14 +119,17 @@ def md_text(s: Any) -> str:
     (``\\ ` * _ [ ] < > & | ~ ! #``) are backslash-escaped, line breaks become spaces, and a leading ``-``, ``+``,
     ``=`` or ``1.`` cannot open a list or underline a heading, nor leading spaces a code block. For markdown only:
     a headline shown in a terminal or escaped by :mod:`layerscope.report.html` takes the plain string."""
-    text = _SPECIAL.sub(r"\\\1", _LINE_BREAK.sub(" ", str(s)).lstrip(" \t"))
+    text = _SPECIAL.sub(r"\\\1", shown(_LINE_BREAK.sub(" ", str(s)).lstrip(" \t")))
     return _BLOCK_START.sub(lambda m: f"{m.group(1)[:-1]}\\{m.group(1)[-1]}", text)
 
 
 def no_raw_html(text: str) -> str:
     """``no_raw_html(report)``: ``report`` (markdown) with every ``<`` that opens raw HTML (an HTML block, an inline
     tag, a comment) backslash-escaped, so the file holds no HTML a viewer could run; it reads the same. Code
-    blocks and code spans are kept; a text without raw HTML comes back unchanged."""
+    blocks and code spans are kept; a text without raw HTML comes back unchanged. Terminal control characters
+    (ESC and the rest, :func:`layerscope.terminal.shown`) are written as their escapes, so ``cat report.md`` is
+    text too (a CRLF line end stays one)."""
+    text = "\r\n".join(shown(part) for part in text.split("\r\n"))
     for _ in range(text.count("<") + 1):
         spans = [t.map for t in _HTML_FINDER.parse(text) if t.map and (t.type == "html_block" or (
             t.type == "inline" and any(c.type == "html_inline" for c in t.children or [])))]

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import tomllib
 import types
 import typing
@@ -40,6 +39,7 @@ from ..data.files import file_problem
 from ..errors import short
 from ..study.config import COMMON, ConfigError, StudyConfig, absolute_model, absolute_path
 from ..study.settings import is_file_setting
+from ..terminal import say
 from .registry import studies
 
 
@@ -78,7 +78,7 @@ def load_config_file(path: str | os.PathLike, overrides: dict[str, Any] | None =
 
 def print_warning(message: str) -> None:
     """The default ``warn``: one ``warning: ...`` line on stderr."""
-    print(f"warning: {message}", file=sys.stderr)
+    say(f"warning: {message}", err=True)
 
 
 def resolve_configs(data: dict[str, Any] | None, overrides: dict[str, Any], base: Path | None = None,

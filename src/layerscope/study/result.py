@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ResultFileError
+from ..jsonfile import JSONReadError, read_json
 from ..modes import renamed_config
 from ..provenance import jsonable
 from . import hooks
@@ -76,11 +76,12 @@ def rerun_hint(folder: Path) -> str:
 def _read_result_json(path: Path) -> dict[str, Any]:
     fix = rerun_hint(path.parent)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path)
     except FileNotFoundError:
         raise ResultFileError(f"{path} is missing; pass a folder written by `layerscope run`, or {fix}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        why = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else f"not valid JSON ({exc})"
+    except (OSError, JSONReadError) as exc:
+        why = (exc.strerror.lower() if exc.strerror else str(exc)) if isinstance(exc, OSError) else \
+            str(exc).removeprefix(f"{path}: ")
         raise ResultFileError(f"cannot read {path}: {why}; the file is damaged or truncated: {fix}") from None
     parts = {"study": str, "config": dict, "manifest": dict, "summary": dict}
     bad = [key for key, kind in parts.items() if not isinstance(data, dict) or not isinstance(data.get(key), kind)]

@@ -29,6 +29,7 @@ from filelock import FileLock
 
 from ...errors import CacheError, DiskFullError
 from ...io import atomic_write_json
+from ...jsonfile import read_json
 from ...paths import cache_error
 
 log = logging.getLogger(__name__)
@@ -221,7 +222,7 @@ def remove_stale(parent: Path, older_than_s: float = STALE_TEMP_S) -> None:
 
 def _read_json(path: Path):
     try:
-        return json.loads(path.read_text())
+        return read_json(path)
     except (OSError, ValueError):
         return None
 

@@ -33,6 +33,7 @@ import torch
 
 from ...errors import LayerscopeError
 from ...io import atomic_file
+from ...jsonfile import JSONReadError, read_json
 
 CONFIG = "config.json"
 PARAMS = "params.pt"
@@ -84,8 +85,8 @@ def read_lens(folder: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tenso
             raise LensError(f"{path} is missing; a tuned-lens folder holds {CONFIG} and {PARAMS} (as "
                             "TunedLens.save or the tuned-lens package write them): point at such a folder")
     try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        config = read_json(config_path)
+    except (OSError, JSONReadError) as exc:
         raise LensError(f"{config_path} is not readable JSON ({exc}); write it again with TunedLens.save") from None
     if not isinstance(config, dict):
         raise LensError(f"{config_path} holds a JSON {type(config).__name__}, not an object with the keys "
